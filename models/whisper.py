@@ -1,0 +1,345 @@
+"""Whisper (openai-whisper layout) as two static-shape graphs for the HTP: encoder and one-token decoder."""
+import os
+import struct
+import tempfile
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+N_CTX = 448  # decoder self-attention cache slots (Whisper's n_text_ctx)
+MASKED = -60000.0  # finite and fp16-representable, unlike -inf / -1e9
+INPUTS = {"encoder": ["mel"], "decoder": ["token", "index", "k_cache", "v_cache", "cross_k", "cross_v"]}
+OUTPUTS = {"encoder": ["cross_k", "cross_v"], "decoder": ["logits", "k_cache_out", "v_cache_out"]}
+DIM_KEYS = ["n_mels", "n_audio_ctx", "n_audio_state", "n_audio_head", "n_audio_layer",
+            "n_vocab", "n_text_ctx", "n_text_state", "n_text_head", "n_text_layer"]
+# CTranslate2 DataType enum ids -> numpy dtype (bfloat16 is handled separately)
+CT2_DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16, 5: np.uint16}
+
+
+def _read_ct2(path: str) -> dict[str, np.ndarray]:
+    """Parse a CTranslate2 model.bin into {variable name: array}, aliases resolved."""
+    with open(path, "rb") as f:
+        buf, pos = f.read(), 0
+
+    def take(fmt: str) -> tuple:
+        nonlocal pos
+        vals = struct.unpack_from("<" + fmt, buf, pos)
+        pos += struct.calcsize("<" + fmt)
+        return vals
+
+    def text() -> str:
+        nonlocal pos
+        (n,) = take("H")
+        pos += n
+        return buf[pos - n:pos].rstrip(b"\0").decode()
+
+    try:
+        (version,) = take("I")
+        if not 4 <= version <= 6:  # versions < 4 store item sizes instead of dtypes
+            raise ValueError(f"{path}: not a supported CTranslate2 model.bin (binary version {version})")
+        spec, _revision, (n_vars,) = text(), take("I"), take("I")
+        if spec != "WhisperSpec":
+            raise ValueError(f"{path}: CTranslate2 spec is {spec!r}, expected 'WhisperSpec'")
+        out = {}
+        for _ in range(n_vars):
+            name, (rank,) = text(), take("B")
+            dims, (dtype_id,), (nbytes,) = take("I" * rank), take("B"), take("I")
+            arr = np.frombuffer(buf, CT2_DTYPES[dtype_id], nbytes // np.dtype(CT2_DTYPES[dtype_id]).itemsize, pos)
+            if dtype_id == 5:  # bfloat16 = upper half of a float32
+                arr = (arr.astype(np.uint32) << 16).view(np.float32)
+            out[name] = arr.reshape(dims)
+            pos += nbytes
+        (n_alias,) = take("I")
+        for _ in range(n_alias):
+            alias, target = text(), text()
+            out[alias] = out[target]
+    except (struct.error, KeyError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: malformed CTranslate2 model file ({e!r})") from e
+    if pos != len(buf):
+        raise ValueError(f"{path}: {len(buf) - pos} trailing bytes after the CTranslate2 variables")
+    return out
+
+
+def _ct2_to_openai(v: dict[str, np.ndarray]) -> dict:
+    """Map CT2 Whisper variables onto openai-whisper names, splitting CT2's fused q|k|v and k|v projections."""
+    if any(k.endswith("weight_scale") for k in v):
+        raise ValueError("int8-quantized CTranslate2 models are not supported (need float weights)")
+    sd, n_enc, n_dec = {}, 0, 0
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))  # fp16 -> fp32 is exact
+
+    def lin(dst: str, src: str) -> None:
+        sd[dst + ".weight"], sd[dst + ".bias"] = t(v[src + "/weight"]), t(v[src + "/bias"])
+
+    def ln(dst: str, src: str) -> None:
+        sd[dst + ".weight"], sd[dst + ".bias"] = t(v[src + "/gamma"]), t(v[src + "/beta"])
+
+    def split(dst: str, names: list[str], src: str) -> None:
+        w, b = np.split(v[src + "/weight"], len(names)), np.split(v[src + "/bias"], len(names))
+        for name, wi, bi in zip(names, w, b):
+            sd[f"{dst}.{name}.weight"], sd[f"{dst}.{name}.bias"] = t(wi), t(bi)
+        # Whisper's key projection has no bias; CT2 stores zeros, anything else would be lost
+        if sd.pop(f"{dst}.key.bias").any():
+            raise ValueError(f"{src}: non-zero key bias cannot be represented in openai-whisper")
+
+    def block(dst: str, src: str, cross: bool) -> None:
+        ln(dst + ".attn_ln", src + "/self_attention/layer_norm")
+        split(dst + ".attn", ["query", "key", "value"], src + "/self_attention/linear_0")
+        lin(dst + ".attn.out", src + "/self_attention/linear_1")
+        if cross:
+            ln(dst + ".cross_attn_ln", src + "/attention/layer_norm")
+            lin(dst + ".cross_attn.query", src + "/attention/linear_0")
+            split(dst + ".cross_attn", ["key", "value"], src + "/attention/linear_1")
+            lin(dst + ".cross_attn.out", src + "/attention/linear_2")
+        ln(dst + ".mlp_ln", src + "/ffn/layer_norm")
+        lin(dst + ".mlp.0", src + "/ffn/linear_0")
+        lin(dst + ".mlp.2", src + "/ffn/linear_1")
+
+    try:
+        lin("encoder.conv1", "encoder/conv1")
+        lin("encoder.conv2", "encoder/conv2")
+        sd["encoder.positional_embedding"] = t(v["encoder/position_encodings/encodings"])
+        while f"encoder/layer_{n_enc}/ffn/linear_0/weight" in v:
+            block(f"encoder.blocks.{n_enc}", f"encoder/layer_{n_enc}", cross=False)
+            n_enc += 1
+        ln("encoder.ln_post", "encoder/layer_norm")
+        sd["decoder.token_embedding.weight"] = t(v["decoder/embeddings/weight"])
+        sd["decoder.positional_embedding"] = t(v["decoder/position_encodings/encodings"])
+        while f"decoder/layer_{n_dec}/ffn/linear_0/weight" in v:
+            block(f"decoder.blocks.{n_dec}", f"decoder/layer_{n_dec}", cross=True)
+            n_dec += 1
+        ln("decoder.ln", "decoder/layer_norm")
+        conv1, emb = sd["encoder.conv1.weight"], sd["decoder.token_embedding.weight"]
+        dims = {"n_mels": conv1.shape[1], "n_audio_ctx": len(sd["encoder.positional_embedding"]),
+                "n_audio_state": conv1.shape[0], "n_audio_head": v["encoder/num_heads"], "n_audio_layer": n_enc,
+                "n_vocab": emb.shape[0], "n_text_ctx": len(sd["decoder.positional_embedding"]),
+                "n_text_state": emb.shape[1], "n_text_head": v["decoder/num_heads"], "n_text_layer": n_dec}
+    except KeyError as e:
+        raise ValueError(f"CTranslate2 Whisper model lacks variable {e}") from e
+    return {"dims": {k: int(x) for k, x in dims.items()}, "model_state_dict": sd}
+
+
+def prepare_checkpoint(source: str, out: str, fmt: str) -> None:
+    """Write an openai-whisper checkpoint {'dims', 'model_state_dict'} to `out` from a "ctranslate2"/"openai-whisper" source."""
+    if fmt == "ctranslate2":
+        ckpt = _ct2_to_openai(_read_ct2(source))
+    elif fmt == "openai-whisper":
+        try:
+            ckpt = torch.load(source, map_location="cpu", weights_only=True)
+        except Exception as e:  # torch raises assorted pickle/zip errors for non-checkpoints
+            raise ValueError(f"{source}: cannot load as a torch checkpoint ({e})") from e
+        if not isinstance(ckpt, dict) or not isinstance(ckpt.get("model_state_dict"), dict) \
+                or not set(DIM_KEYS) <= set(ckpt.get("dims") or {}):
+            raise ValueError(f"{source}: not an openai-whisper checkpoint (needs 'dims' and 'model_state_dict')")
+    else:
+        raise ValueError(f"unknown checkpoint format {fmt!r} (expected 'ctranslate2' or 'openai-whisper')")
+    torch.save(ckpt, out)
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_head: int,
+            valid: torch.Tensor | None = None) -> torch.Tensor:
+    """Multi-head attention [1,Tq,D] x [1,Tk,D] -> [1,Tq,D]; `valid` [Tk] bool masks keys fp16-safely."""
+    d = q.shape[-1]
+    heads = lambda x: x.reshape(1, x.shape[1], n_head, d // n_head).transpose(1, 2)
+    s = heads(q) @ heads(k).transpose(-1, -2) * (d // n_head) ** -0.5
+    if valid is not None:
+        s = torch.where(valid, s, MASKED)
+    return (F.softmax(s, dim=-1) @ heads(v)).transpose(1, 2).reshape(1, q.shape[1], d)
+
+
+class EncoderStatic(torch.nn.Module):
+    """mel [1,80,3000] -> cross_k, cross_v [L,1,1500,D]: the audio encoder plus every decoder layer's cross K/V."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.dims, self.enc, self.n_head = model.dims, model.encoder, model.dims.n_audio_head
+        self.cross = torch.nn.ModuleList(b.cross_attn for b in model.decoder.blocks)
+
+    def forward(self, mel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = F.gelu(self.enc.conv2(F.gelu(self.enc.conv1(mel)))).permute(0, 2, 1) + self.enc.positional_embedding
+        for blk in self.enc.blocks:
+            h = blk.attn_ln(x)
+            x = x + blk.attn.out(_attend(blk.attn.query(h), blk.attn.key(h), blk.attn.value(h), self.n_head))
+            x = x + blk.mlp(blk.mlp_ln(x))
+        x = self.enc.ln_post(x)
+        return (torch.stack([a.key(x) for a in self.cross]), torch.stack([a.value(x) for a in self.cross]))
+
+
+class DecoderStatic(torch.nn.Module):
+    """One decoder step with a fixed 448-slot self-attention cache updated by a one-hot mask."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.dims, self.dec, self.n_head = model.dims, model.decoder, model.dims.n_text_head
+        # int32 positions so comparing with the int32 `index` input needs no int64 cast
+        self.register_buffer("slots", torch.arange(model.dims.n_text_ctx, dtype=torch.int32), persistent=False)
+
+    def forward(self, token, index, k_cache, v_cache, cross_k, cross_v):
+        dec, d = self.dec, k_cache.shape[-1]
+        # index_select exports as Gather (int32 ok); tensor[index] would become an invalid GatherND
+        x = dec.token_embedding(token) + torch.index_select(dec.positional_embedding, 0, index)
+        hot = (self.slots == index).to(x.dtype).reshape(1, -1, 1)  # [1,448,1]
+        valid = self.slots <= index  # causal: slots after `index` are empty/stale
+        k_out, v_out = [], []
+        for i, blk in enumerate(dec.blocks):
+            h = blk.attn_ln(x)
+            k = k_cache[i] * (1 - hot) + blk.attn.key(h) * hot
+            v = v_cache[i] * (1 - hot) + blk.attn.value(h) * hot
+            k_out.append(k)
+            v_out.append(v)
+            x = x + blk.attn.out(_attend(blk.attn.query(h), k, v, self.n_head, valid))
+            h = blk.cross_attn_ln(x)
+            x = x + blk.cross_attn.out(_attend(blk.cross_attn.query(h), cross_k[i], cross_v[i], self.n_head))
+            x = x + blk.mlp(blk.mlp_ln(x))
+        x = dec.ln(x)
+        # W_emb @ x^T: the legacy exporter folds x @ W.t() into a second, transposed copy of W_emb
+        logits = (dec.token_embedding.weight @ x.reshape(1, d).transpose(0, 1)).reshape(1, 1, -1)
+        return logits, torch.stack(k_out), torch.stack(v_out)
+
+
+def _load(checkpoint: str):
+    """Load a checkpoint into a float32 eval-mode whisper.model.Whisper."""
+    from whisper.model import ModelDimensions, Whisper
+    ckpt = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    model = Whisper(ModelDimensions(**ckpt["dims"]))
+    model.load_state_dict(ckpt["model_state_dict"])  # copies fp16 checkpoints into fp32 params
+    return model.float().eval().requires_grad_(False)
+
+
+def torch_graph(checkpoint: str, graph: str) -> torch.nn.Module:
+    """The static-shape wrapper for graph "encoder" or "decoder" (eval mode, float32)."""
+    wrappers = {"encoder": EncoderStatic, "decoder": DecoderStatic}
+    if graph not in wrappers:
+        raise ValueError(f"unknown graph {graph!r} (expected 'encoder' or 'decoder')")
+    return wrappers[graph](_load(checkpoint)).eval()
+
+
+def example_feeds(graph: str, dims: dict) -> dict[str, np.ndarray]:
+    """Zero/simple feeds with the right names, shapes, dtypes (used for export tracing)."""
+    L, D = dims["n_text_layer"], dims["n_text_state"]
+    if graph == "encoder":
+        return {"mel": np.zeros((1, dims["n_mels"], 2 * dims["n_audio_ctx"]), np.float32)}
+    if graph == "decoder":
+        cross = np.zeros((L, 1, dims["n_audio_ctx"], D), np.float32)
+        return _step_feeds(0, 0, {"cross_k": cross, "cross_v": cross}, n_ctx=dims["n_text_ctx"])
+    raise ValueError(f"unknown graph {graph!r} (expected 'encoder' or 'decoder')")
+
+
+def export(checkpoint: str, graph: str, out: str, settings: dict) -> None:
+    """Export one graph to a single self-contained ONNX file at `out` (no external data file left behind)."""
+    import onnx
+    exporter, opset = settings.get("exporter", "dynamo"), int(settings.get("opset", 18))
+    if exporter not in ("dynamo", "legacy"):
+        raise ValueError(f"unknown exporter {exporter!r} (expected 'dynamo' or 'legacy')")
+    model = torch_graph(checkpoint, graph)
+    args = tuple(torch.from_numpy(a) for a in example_feeds(graph, vars(model.dims)).values())
+    # export into a scratch dir, then re-save inline, so no side-car .data file ever reaches `out`'s dir
+    with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
+        path = os.path.join(tmp, "model.onnx")
+        torch.onnx.export(model, args, path, input_names=INPUTS[graph], output_names=OUTPUTS[graph],
+                          opset_version=opset, dynamo=exporter == "dynamo", external_data=False)
+        proto = onnx.load(path)
+    onnx.save(proto, out)
+
+
+def _mel(wav: str) -> np.ndarray:
+    """Whisper log-mel [1,80,3000] of a 16 kHz wav, padded/trimmed to 30 s (soundfile; no ffmpeg)."""
+    import soundfile as sf
+    from whisper.audio import log_mel_spectrogram, pad_or_trim
+    audio, sr = sf.read(wav, dtype="float32", always_2d=True)
+    if sr != 16000:
+        raise ValueError(f"{wav}: sample rate {sr}, expected 16000")
+    mel = log_mel_spectrogram(torch.from_numpy(pad_or_trim(audio.mean(axis=1))))
+    return mel.numpy()[None].astype(np.float32)
+
+
+def _step_feeds(token: int, pos: int, enc: dict, k=None, v=None, n_ctx: int = N_CTX) -> dict[str, np.ndarray]:
+    """Decoder feeds for one token at position `pos`; k/v None means an empty [L,1,n_ctx,D] cache."""
+    L, _, _, D = enc["cross_k"].shape
+    k = np.zeros((L, 1, n_ctx, D), np.float32) if k is None else k
+    v = np.zeros((L, 1, n_ctx, D), np.float32) if v is None else v
+    return {"token": np.array([[token]], np.int32), "index": np.array([pos], np.int32),
+            "k_cache": k, "v_cache": v, "cross_k": enc["cross_k"], "cross_v": enc["cross_v"]}
+
+
+def _tokenizer(run, enc: dict):
+    """Pick the tokenizer from the decoder's vocabulary size (one probe call; `run` is a black box)."""
+    from whisper.tokenizer import get_tokenizer
+    n_vocab = run("decoder", _step_feeds(0, 0, enc))["logits"].shape[-1]
+    if n_vocab >= 51865:  # same rule as whisper.model.Whisper.is_multilingual
+        return get_tokenizer(True, num_languages=n_vocab - 51765 - 1, language="en", task="transcribe")
+    return get_tokenizer(False)
+
+
+def _greedy(run, enc: dict, tok, max_tokens: int, max_calls: int = N_CTX, record: list | None = None) -> list[int]:
+    """Plain-argmax decode after the no-timestamps prompt; returns the generated tokens (no prompt, no eot)."""
+    prompt, k, v = list(tok.sot_sequence_including_notimestamps), None, None
+    seq = list(prompt)
+    for pos in range(min(N_CTX, max_calls)):
+        feeds = _step_feeds(seq[pos], pos, enc, k, v)
+        if record is not None:
+            record.append(feeds)
+        out = run("decoder", feeds)
+        k, v = out["k_cache_out"], out["v_cache_out"]
+        if pos + 1 < len(seq):  # still feeding the prompt
+            continue
+        nxt = int(np.argmax(out["logits"][0, -1]))
+        if nxt == tok.eot:
+            break
+        seq.append(nxt)
+        if len(seq) - len(prompt) >= max_tokens or len(seq) >= N_CTX:
+            break
+    return seq[len(prompt):]
+
+
+def read_clips(data_dir: str) -> list[tuple[str, str, str]]:
+    """Parse <data_dir>/refs.tsv -> [(clip_id, wav_path, transcript)], in file order."""
+    clips = []
+    with open(os.path.join(data_dir, "refs.tsv"), encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) != 3:
+                raise ValueError(f"{data_dir}/refs.tsv:{n}: expected 'id<TAB>file<TAB>transcript'")
+            clips.append((parts[0], os.path.join(data_dir, parts[1]), parts[2]))
+    return clips
+
+
+def evaluate(run, clips: list[tuple[str, str, str]], max_tokens: int = 224) -> dict:
+    """Greedy-transcribe each clip with `run`; return per-clip text/tokens and the pooled normalized WER."""
+    import jiwer
+    from whisper.normalizers import EnglishTextNormalizer
+    norm, tok, result, refs, hyps = EnglishTextNormalizer(), None, {}, [], []
+    for clip_id, wav, ref in clips:
+        enc = run("encoder", {"mel": _mel(wav)})
+        tok = _tokenizer(run, enc) if tok is None else tok
+        tokens = _greedy(run, enc, tok, max_tokens)
+        text = tok.decode(tokens).strip()
+        result[clip_id] = {"text": text, "tokens": tokens}
+        refs.append(norm(ref))
+        hyps.append(norm(text))
+    return {"clips": result, "wer": float(jiwer.wer(refs, hyps))}
+
+
+def graph_feeds(run, clip_wav: str, steps: int = 3) -> dict[str, list[dict[str, np.ndarray]]]:
+    """Real inputs for tensor-level comparisons: the clip's encoder feeds and the first `steps` decoder feeds."""
+    mel = {"mel": _mel(clip_wav)}
+    enc = run("encoder", mel)
+    record = []
+    _greedy(run, enc, _tokenizer(run, enc), N_CTX, max_calls=steps, record=record)
+    return {"encoder": [mel], "decoder": record}
+
+
+def torch_runner(checkpoint: str):
+    """Return run(graph, feeds)->dict for the PyTorch wrappers (each graph loaded once; numpy outputs)."""
+    graphs = {}
+
+    def run(graph: str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if graph not in graphs:
+            graphs[graph] = torch_graph(checkpoint, graph)
+        with torch.no_grad():
+            outs = graphs[graph](*(torch.from_numpy(np.asarray(feeds[n])) for n in INPUTS[graph]))
+        return {n: o.numpy() for n, o in zip(OUTPUTS[graph], outs)}
+
+    return run

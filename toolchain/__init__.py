@@ -1,0 +1,1 @@
+"""qnn-npu-compile: PyTorch checkpoints -> ONNX -> Qualcomm HTP context binaries, as a doit graph."""

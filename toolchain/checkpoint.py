@@ -1,0 +1,40 @@
+"""Original checkpoint -> the model code's PyTorch checkpoint, once per model, pinned by sha256."""
+from __future__ import annotations
+
+import shutil
+
+from doit.tools import config_changed
+
+from toolchain import paths
+from toolchain.files import atomic_path, sha256
+from toolchain.worker import StageFailed, load_module, run
+
+DOC = "verify the pinned checkpoint's sha256 and convert it for the export code"
+
+
+def tasks(project):
+    for model in project.models:
+        ck = model.checkpoint
+        out, log = paths.checkpoint(model), paths.checkpoint(model) + ".log"
+        settings = {"origin": ck.origin, "sha256": ck.sha256, "format": ck.format}
+        kwargs = {"spec_file": model.spec_file, "module_file": model.module_file, "source": ck.path,
+                  "pinned": ck.sha256, "fmt": ck.format, "out": out}
+        yield {"name": model.name, "doc": f"{model.name}: {DOC}",
+               "file_dep": [ck.path, model.module_file], "targets": [out, log], "clean": True,
+               "actions": [(run, ("toolchain.checkpoint:prepare", kwargs, log))],
+               "uptodate": [config_changed(settings)]}
+
+
+def prepare(spec_file: str, module_file: str, source: str, pinned: str, fmt: str, out: str):
+    """Refuse a checkpoint whose bytes are not the pinned ones; else let the model code convert it."""
+    actual = sha256(source)
+    if actual != pinned:
+        raise StageFailed(f"{spec_file}: checkpoint.sha256: {source} has sha256 {actual}, the spec pins "
+                          f"{pinned}; refusing a different checkpoint (update the pin only if you meant it)")
+    module = load_module(module_file)
+    with atomic_path(out) as tmp:
+        if hasattr(module, "prepare_checkpoint"):
+            module.prepare_checkpoint(source, str(tmp), fmt)
+        else:
+            shutil.copyfile(source, tmp)
+

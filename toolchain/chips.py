@@ -1,0 +1,48 @@
+"""The chip table (chips.toml): the one place that knows Snapdragon SoCs."""
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolchain.spec import SpecError, Table
+
+TABLE = Path(__file__).with_name("chips.toml")
+CHIP_ID = re.compile(r"^[A-Z0-9]+$")
+
+
+@dataclass(frozen=True)
+class Chip:
+    name: str
+    soc_model: int        # QNN soc id, as the bundled SDK numbers it
+    htp_arch: int         # Hexagon arch the SDK assigns to that soc id
+    vtcm_mb: int
+    fp16: bool            # float graphs compile with relaxed (fp16) precision
+    default: bool         # built when a model lists no chips of its own
+    marketing: str
+    source: str           # where each value was verified
+
+    def record(self) -> dict:
+        """The fields that reach the compiler (part of every per-chip task's settings)."""
+        return {"name": self.name, "soc_model": self.soc_model, "htp_arch": self.htp_arch,
+                "vtcm_mb": self.vtcm_mb, "fp16": self.fp16}
+
+
+def load(path: str | Path = TABLE) -> dict[str, Chip]:
+    """Read and validate the chip table, keyed by chip name in file order."""
+    data = tomllib.loads(Path(path).read_text())
+    chips = {}
+    for name in data:
+        if not CHIP_ID.match(name):
+            raise SpecError(f"{path}: [{name}]: chip names must match {CHIP_ID.pattern}")
+        t = Table(data, str(path)).sub(name)
+        chips[name] = Chip(name=name, soc_model=t.req("soc_model", int), htp_arch=t.req("htp_arch", int),
+                           vtcm_mb=t.req("vtcm_mb", int), fp16=t.req("fp16", bool),
+                           default=t.opt("default", bool, False), marketing=t.opt("marketing", str, ""),
+                           source=t.req("source", str))
+        t.done()
+    ids = [c.soc_model for c in chips.values()]
+    if len(set(ids)) != len(ids):
+        raise SpecError(f"{path}: two chips share a soc_model id")
+    return chips

@@ -1,0 +1,43 @@
+"""Numeric comparison of two backends on the same feeds, and the data files a check reads."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def tensor_errors(reference, candidate, feeds_by_graph: dict) -> dict:
+    """Per graph: the worst max-abs error and max-abs error relative to the reference's range."""
+    result = {}
+    for graph, feeds_list in feeds_by_graph.items():
+        worst_abs, worst_rel = 0.0, 0.0
+        for feeds in feeds_list:
+            ref, got = reference(graph, feeds), candidate(graph, feeds)
+            for name, want in ref.items():
+                err = float(np.max(np.abs(want.astype(np.float64) - got[name].astype(np.float64))))
+                scale = float(np.max(np.abs(want))) or 1.0
+                worst_abs, worst_rel = max(worst_abs, err), max(worst_rel, err / scale)
+        result[graph] = {"max_abs": worst_abs, "max_rel": worst_rel, "calls": len(feeds_list)}
+    return result
+
+
+def data_files(data_dir: str | None) -> list[str]:
+    """Every file of a model's data folder (a check depends on all of them)."""
+    if not data_dir:
+        return []
+    return sorted(str(p) for p in Path(data_dir).rglob("*") if p.is_file())
+
+
+def clips(module, data_dir: str | None, wanted=()) -> list:
+    """The model's labelled samples (all, or the `wanted` ids in the declared order)."""
+    if not data_dir or not hasattr(module, "read_clips"):
+        return []
+    every = module.read_clips(data_dir)
+    if not wanted:
+        return every
+    by_id = {c[0]: c for c in every}
+    missing = [w for w in wanted if w not in by_id]
+    if missing:
+        from toolchain.worker import StageFailed
+        raise StageFailed(f"{data_dir}: no clip(s) {missing}; known: {sorted(by_id)}")
+    return [by_id[w] for w in wanted]

@@ -1,0 +1,80 @@
+"""Simplified ONNX -> HTP context binary, once per (graph, chip), read back and checked."""
+from __future__ import annotations
+
+from doit.tools import config_changed
+
+from toolchain import ort_qnn, paths
+from toolchain.files import sha256, write_json
+from toolchain.worker import StageFailed, run
+
+MIB = 1 << 20
+
+
+def tasks(project):
+    tool = ort_qnn.version()
+    for model, graph, chip in project.graph_chips():
+        options = ort_qnn.provider_options(chip.record(), dict(model.compile)["optimization"])
+        src = paths.simplified(model, graph)
+        targets = [paths.context_model(model, graph, chip), paths.context_binary(model, graph, chip),
+                   paths.compile_record(model, graph, chip)]
+        log = paths.compile_log(model, graph, chip)
+        kwargs = {"src": src, "out": targets[0], "record": targets[2], "options": options,
+                  "chip": chip.record(), "precision": graph.precision,
+                  "io": {"inputs": [[t.name, list(t.shape), t.dtype] for t in graph.inputs],
+                         "outputs": [[t.name, list(t.shape), t.dtype] for t in graph.outputs]}}
+        yield {"name": f"{model.name}/{graph.name}@{chip.name}",
+               "doc": f"{model.name}/{graph.name} -> {chip.name} (v{chip.htp_arch}) context binary, "
+                      f"{graph.precision}, no CPU fallback",
+               "file_dep": [src, paths.inspected(model, graph)],
+               "targets": targets + [log], "clean": True,
+               "actions": [(run, ("toolchain.compile:build", kwargs, log))],
+               "uptodate": [config_changed({"options": options, "tool": tool, "chip": chip.record(),
+                                            "precision": graph.precision, "io": kwargs["io"]})]}
+
+
+def build(src: str, out: str, record: str, options: dict, chip: dict, precision: str, io: dict):
+    """Compile in this (fresh) process, then prove the binary is what was asked for."""
+    from toolchain import qnnbin
+    result = ort_qnn.compile(src, out, options)
+    binary = result["binary"]
+    cpu = ort_qnn.context_ops(out)
+    if cpu:
+        raise StageFailed(f"{out}: nodes outside the HTP context: " +
+                          ", ".join(f"{n or '<unnamed>'} ({op})" for n, op in cpu))
+    config = qnnbin.config_fields(binary)
+    info = qnnbin.binary_info(binary)
+    problems = readback_problems(config, info, chip, precision, io)
+    if problems:
+        raise StageFailed(f"{binary}: the binary is not what was asked for: " + "; ".join(problems))
+    write_json(record, {"binary": binary, "sha256": sha256(binary), "bytes": _size(binary),
+                        "context_model": out, "seconds": result["seconds"], "options": options,
+                        "config": config, "info": info, "tool": ort_qnn.version()})
+
+
+def readback_problems(config: dict, info: dict, chip: dict, precision: str, io: dict) -> list[str]:
+    """Differences between the compiled binary and the request (the EP only warns on bad options)."""
+    found = []
+    if config.get("soc_type") != chip["name"]:
+        found.append(f"soc_type {config.get('soc_type')} != {chip['name']}")
+    if config.get("arch") != chip["htp_arch"]:
+        found.append(f"arch {config.get('arch')} != {chip['htp_arch']}")
+    if config.get("vtcm_size") != chip["vtcm_mb"] * MIB:
+        found.append(f"vtcm_size {config.get('vtcm_size')} != {chip['vtcm_mb']} MiB")
+    if precision == "fp16" and config.get("relaxed_precision_flag") is not True:
+        found.append("relaxed_precision_flag is not set: the graph would run in fp32, not fp16")
+    if info.get("socModel") != chip["soc_model"]:
+        found.append(f"socModel {info.get('socModel')} != {chip['soc_model']}")
+    graphs = info.get("graphs", [])
+    if len(graphs) != 1:
+        found.append(f"{len(graphs)} graphs in the binary, expected 1 (a split graph means CPU partitions)")
+        return found
+    for kind in ("inputs", "outputs"):
+        got = [[t["name"], list(t["shape"]), t["dtype"]] for t in graphs[0][kind]]
+        if got != io[kind]:
+            found.append(f"{kind} {got} != declared {io[kind]}")
+    return found
+
+
+def _size(path: str) -> int:
+    import os
+    return os.path.getsize(path)

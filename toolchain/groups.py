@@ -1,0 +1,18 @@
+"""Alias tasks `chip:<CHIP>` and `model:<name>`: a misspelt name fails (exit 3) where a
+wildcard that matches nothing would silently succeed."""
+
+MODEL_STAGES = ("checkpoint", "export", "simplify", "inspect", "parity", "compile", "verify", "manifest")
+CHIP_STAGES = ("compile", "verify", "manifest")
+
+
+def chip_tasks(project):
+    for chip in project.chips.values():
+        if any(chip.name in m.chips for m in project.models):
+            yield {"name": chip.name, "doc": f"every model's tasks for {chip.name}",
+                   "task_dep": [f"{stage}:*@{chip.name}" for stage in CHIP_STAGES], "actions": None}
+
+
+def model_tasks(project):
+    for model in project.models:
+        yield {"name": model.name, "doc": f"every task of {model.name}",
+               "task_dep": [f"{stage}:{model.name}*" for stage in MODEL_STAGES], "actions": None}

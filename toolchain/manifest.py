@@ -1,0 +1,60 @@
+"""Per (model, chip): one JSON record of what was built and measured, next to the binaries."""
+from __future__ import annotations
+
+from doit.tools import config_changed
+
+from toolchain import ort_qnn, paths
+from toolchain.files import read_json, write_json
+
+# What the binary's own config string says about the request (the full string is in *.compile.json).
+CONFIG_KEYS = ("soc_type", "arch", "vtcm_size", "relaxed_precision_flag", "OpO", "hvx_threads")
+
+
+def tasks(project):
+    for model, chip in project.model_chips():
+        sources = _sources(project, model, chip)
+        meta = {"model": model.name, "description": model.description, "license": dict(model.license),
+                "checkpoint": {"origin": model.checkpoint.origin, "sha256": model.checkpoint.sha256,
+                               "format": model.checkpoint.format},
+                "chip": {**chip.record(), "marketing": chip.marketing}, "toolchain": model.toolchain,
+                "precision": {g.name: g.precision for g in model.graphs},
+                "runtime_libraries": ort_qnn.runtime_libraries(chip.record())}
+        out = paths.manifest(model, chip)
+        yield {"name": f"{model.name}@{chip.name}",
+               "doc": f"{model.name} on {chip.name}: manifest (chip, SDK build id, checksums, numbers)",
+               "file_dep": [p for group in sources.values() for p in (group.values() if isinstance(group, dict) else [group])],
+               "targets": [out], "clean": True,
+               "actions": [(write, (meta, sources, out))],
+               "uptodate": [config_changed(meta)]}
+
+
+def _sources(project, model, chip) -> dict:
+    sources = {"parity": paths.parity(model),
+               "exports": {g.name: paths.export_record(model, g) for g in model.graphs},
+               "inspect": {g.name: paths.inspected(model, g) for g in model.graphs},
+               "compile": {g.name: paths.compile_record(model, g, chip) for g in model.graphs},
+               "verify": {"default": paths.verified(model, chip)}}
+    if project.wants_full_tier(model, chip):
+        sources["verify"]["full"] = paths.verified(model, chip, "full")
+    return sources
+
+
+def write(meta: dict, sources: dict, out: str):
+    compiled = {g: read_json(p) for g, p in sources["compile"].items()}
+    exports = {g: read_json(p) for g, p in sources["exports"].items()}
+    first = next(iter(compiled.values()))
+    record = {**meta,
+              "soc_id": meta["chip"]["soc_model"], "htp_arch": f"v{meta['chip']['htp_arch']}",
+              "sdk": {"build_id": first["info"].get("buildId"), "core_api": first["info"].get("coreApi"),
+                      "backend_api": first["info"].get("backendApi"), "tool": first["tool"]},
+              "export": {g: {"commit": e["commit"], "settings": e["settings"], "tool": e["tool"]}
+                         for g, e in exports.items()},
+              "binaries": {g: {"file": c["binary"], "context_model": c["context_model"], "sha256": c["sha256"],
+                               "bytes": c["bytes"], "compile_seconds": c["seconds"],
+                               "graph_name": c["info"]["graphs"][0]["name"],
+                               "config": {k: c["config"].get(k) for k in CONFIG_KEYS}}
+                           for g, c in compiled.items()},
+              "graphs": {g: read_json(p) for g, p in sources["inspect"].items()},
+              "parity": read_json(sources["parity"]),
+              "verify": {tier: read_json(p) for tier, p in sources["verify"].items()}}
+    write_json(out, record)

@@ -1,0 +1,59 @@
+"""ONNX on the CPU (onnxruntime) against the PyTorch original on real inputs, once per model."""
+from __future__ import annotations
+
+from importlib import metadata
+
+from doit.tools import config_changed
+
+from toolchain import compare, ort_qnn, paths
+from toolchain.files import write_json
+from toolchain.worker import StageFailed, load_module, run
+
+
+def tasks(project):
+    tool = {"torch": metadata.version("torch"), "onnxruntime": metadata.version("onnxruntime")}
+    for model in project.models:
+        settings = dict(model.parity)
+        onnx_files = {g.name: paths.simplified(model, g) for g in model.graphs}
+        out = paths.parity(model)
+        kwargs = {"module_file": model.module_file, "checkpoint": paths.checkpoint(model),
+                  "onnx_files": onnx_files, "data_dir": model.data_dir, "settings": settings, "out": out}
+        yield {"name": model.name,
+               "doc": f"{model.name}: ONNX on CPU vs PyTorch on real inputs (max_abs {settings['max_abs']}"
+                      f"{', same transcripts, WER' if model.data_dir else ''})",
+               "file_dep": [paths.checkpoint(model), model.module_file, *onnx_files.values(),
+                            *compare.data_files(model.data_dir)],
+               "targets": [out, out[:-5] + ".log"], "clean": True,
+               "actions": [(run, ("toolchain.parity:check", kwargs, out[:-5] + ".log"))],
+               "uptodate": [config_changed({"settings": settings, "tool": tool})]}
+
+
+def check(module_file: str, checkpoint: str, onnx_files: dict, data_dir, settings: dict, out: str):
+    module = load_module(module_file)
+    torch_run = module.torch_runner(checkpoint)
+    cpu = {g: ort_qnn.cpu(p) for g, p in onnx_files.items()}
+
+    def onnx_run(graph, feeds):
+        return cpu[graph](feeds)
+
+    samples = compare.clips(module, data_dir)
+    feeds = module.graph_feeds(torch_run, samples[0][1] if samples else None)
+    errors = compare.tensor_errors(torch_run, onnx_run, feeds)
+    record = {"tensors": errors, "settings": settings}
+    failures = [f"{g}: max abs error {e['max_abs']:.3g} > {settings['max_abs']}"
+                for g, e in errors.items() if e["max_abs"] > settings["max_abs"]]
+    if samples and hasattr(module, "evaluate"):
+        ref, got = module.evaluate(torch_run, samples), module.evaluate(onnx_run, samples)
+        differ = [c for c in ref["clips"] if ref["clips"][c]["text"] != got["clips"][c]["text"]]
+        record["text"] = {"clips": len(samples), "identical": len(samples) - len(differ),
+                          "differ": {c: [ref["clips"][c]["text"], got["clips"][c]["text"]] for c in differ},
+                          "wer_torch": ref["wer"], "wer_onnx": got["wer"], "transcripts": got["clips"]}
+        if differ and settings["same_text"]:
+            failures.append(f"transcripts differ on {differ}")
+        if abs(ref["wer"] - got["wer"]) > settings["wer_delta"]:
+            failures.append(f"WER {got['wer']:.4f} (ONNX) vs {ref['wer']:.4f} (PyTorch) differ by more "
+                            f"than {settings['wer_delta']}")
+    print(record)
+    if failures:
+        raise StageFailed(f"parity failed for {', '.join(onnx_files.values())}: " + "; ".join(failures))
+    write_json(out, record)

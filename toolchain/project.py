@@ -1,0 +1,45 @@
+"""All model specs plus the chip table: what dodo.py hands to each stage."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolchain import chips as chip_table
+from toolchain import spec
+from toolchain.spec import SpecError
+
+
+@dataclass(frozen=True)
+class Project:
+    models: tuple[spec.Model, ...]
+    chips: dict
+    full_chips: tuple[str, ...]   # full verification tier asked for on the command line
+
+    def model_chips(self):
+        """(model, chip) for every chip a model targets."""
+        for model in self.models:
+            for name in model.chips:
+                yield model, self.chips[name]
+
+    def graph_chips(self):
+        """(model, graph, chip) for every compiled binary."""
+        for model, chip in self.model_chips():
+            for graph in model.graphs:
+                yield model, graph, chip
+
+    def wants_full_tier(self, model, chip) -> bool:
+        return chip.name in self.full_chips or chip.name in dict(model.verify)["full_chips"]
+
+
+def load(models_dir: str | Path = "models", full: str = "") -> Project:
+    """Load every models/*.toml; `full` is a comma list of chips ('all' for every chip) for the full tier."""
+    chips = chip_table.load()
+    files = sorted(Path(models_dir).glob("*.toml"))
+    models = tuple(spec.load(f, chips) for f in files)
+    wanted = tuple(c for c in full.split(",") if c)
+    if wanted == ("all",):
+        wanted = tuple(chips)
+    for name in wanted:
+        if name not in chips:
+            raise SpecError(f"command line: full={full}: unknown chip {name!r}; known: {', '.join(chips)}")
+    return Project(models=models, chips=chips, full_chips=wanted)

@@ -1,0 +1,42 @@
+"""Summary table of every (model, chip) manifest: printed and written to build/report.md."""
+from __future__ import annotations
+
+from toolchain import paths
+from toolchain.files import atomic_path, read_json
+
+COLUMNS = ("model", "chip", "arch", "precision", "binaries MB", "compile s", "parity max abs",
+           "WER torch / onnx", "sim max rel", "sim text", "WER htp (full)", "verify s", "SDK")
+
+
+def tasks(project):
+    manifests = [paths.manifest(m, c) for m, c in project.model_chips()]
+    return {"doc": "summary table of all manifests -> build/report.md (and stdout)",
+            "file_dep": manifests, "targets": [paths.REPORT], "clean": True, "verbosity": 2,
+            "actions": [(write, (manifests, paths.REPORT))]}
+
+
+def row(m: dict) -> list[str]:
+    parity, verify = m["parity"], m["verify"]["default"]
+    full = m["verify"].get("full", {}).get("text")
+    text = verify.get("text")
+    return [m["model"], m["chip"]["name"], m["htp_arch"], "/".join(sorted(set(m["precision"].values()))),
+            f"{sum(b['bytes'] for b in m['binaries'].values()) / 1e6:.1f}",
+            " + ".join(f"{b['compile_seconds']:.1f}" for b in m["binaries"].values()),
+            f"{max(t['max_abs'] for t in parity['tensors'].values()):.2g}",
+            f"{parity['text']['wer_torch']:.3f} / {parity['text']['wer_onnx']:.3f}" if "text" in parity else "-",
+            f"{max(t['max_rel'] for t in verify['tensors'].values()):.2g}",
+            f"{text['identical']}/{len(text['clips'])} same" if text else "-",
+            f"{full['wer_htp']:.3f} (cpu {full['wer_cpu']:.3f})" if full else "-",
+            f"{verify['seconds']:.0f}", m["sdk"]["build_id"] or "?"]
+
+
+def table(rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+
+
+def write(manifests: list[str], out: str):
+    text = "# Build report\n\n" + table([row(read_json(p)) for p in manifests])
+    with atomic_path(out) as tmp:
+        tmp.write_text(text)
+    print(text)

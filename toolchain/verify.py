@@ -1,0 +1,92 @@
+"""Compiled binaries in the x86 HTP simulator against the CPU ONNX, once per (model, chip) and tier.
+
+Tiers, because the simulator is ~100x slower than the CPU: "default" runs every chip on the clips the
+spec names (tensor errors + identical transcripts); "full" runs all clips and computes WER."""
+from __future__ import annotations
+
+import hashlib
+import time
+
+from doit.tools import config_changed
+
+from toolchain import compare, ort_qnn, paths
+from toolchain.files import read_json, sha256, write_json
+from toolchain.worker import StageFailed, load_module, run
+
+
+def tasks(project, tier: str):
+    tool = ort_qnn.version()
+    for model, chip in project.model_chips():
+        settings = dict(model.verify)
+        clips = () if tier == "full" else settings["clips"]
+        graphs = {g.name: {"onnx": paths.simplified(model, g), "context": paths.context_model(model, g, chip),
+                           "binary": paths.context_binary(model, g, chip),
+                           "record": paths.compile_record(model, g, chip)} for g in model.graphs}
+        options = ort_qnn.provider_options(chip.record(), dict(model.compile)["optimization"])
+        out, log = paths.verified(model, chip, tier), paths.verify_log(model, chip, tier)
+        checks = {"max_rel": settings["max_rel"], "same_text": settings["same_text"],
+                  "max_tokens": settings["max_tokens"], "clips": list(clips), "tier": tier}
+        kwargs = {"module_file": model.module_file, "graphs": graphs, "data_dir": model.data_dir,
+                  "options": options, "checks": checks, "out": out}
+        what = "all clips, WER" if tier == "full" else f"clips {', '.join(clips) or '(generated inputs)'}"
+        yield {"name": f"{model.name}@{chip.name}",
+               "doc": f"{model.name} on {chip.name}: HTP simulator vs CPU ONNX, {tier} tier ({what})",
+               "file_dep": [model.module_file, *[p for g in graphs.values() for p in g.values()],
+                            *compare.data_files(model.data_dir)],
+               "targets": [out, log], "clean": True,
+               "actions": [(run, ("toolchain.verify:check", kwargs, log))],
+               "uptodate": [config_changed({"checks": checks, "options": options, "tool": tool})]}
+
+
+def check(module_file: str, graphs: dict, data_dir, options: dict, checks: dict, out: str):
+    started = time.monotonic()
+    for g in graphs.values():   # doit checks only that targets exist; flipped weights still load
+        recorded = read_json(g["record"])["sha256"]
+        if sha256(g["binary"]) != recorded:
+            raise StageFailed(f"{g['binary']}: sha256 differs from the one recorded at compile "
+                              f"({recorded}); the file changed: run `doit clean` on its compile task")
+    module = load_module(module_file)
+    cpu = {name: ort_qnn.cpu(g["onnx"]) for name, g in graphs.items()}
+    sim = {name: _memo(ort_qnn.simulator(g["context"], options)) for name, g in graphs.items()}
+
+    def cpu_run(graph, feeds):
+        return cpu[graph](feeds)
+
+    def sim_run(graph, feeds):
+        return sim[graph](feeds)
+
+    samples = compare.clips(module, data_dir, checks["clips"])
+    feeds = module.graph_feeds(cpu_run, samples[0][1] if samples else None)
+    errors = compare.tensor_errors(cpu_run, sim_run, feeds)
+    record = {"tier": checks["tier"], "tensors": errors, "checks": checks}
+    failures = [f"{g}: max error {e['max_rel']:.3g} of the output range > {checks['max_rel']}"
+                for g, e in errors.items() if e["max_rel"] > checks["max_rel"]]
+    if samples and hasattr(module, "evaluate"):
+        ref = module.evaluate(cpu_run, samples, checks["max_tokens"])
+        got = module.evaluate(sim_run, samples, checks["max_tokens"])
+        differ = [c for c in ref["clips"] if ref["clips"][c]["text"] != got["clips"][c]["text"]]
+        record["text"] = {"clips": [s[0] for s in samples], "identical": len(samples) - len(differ),
+                          "differ": {c: [ref["clips"][c]["text"], got["clips"][c]["text"]] for c in differ},
+                          "wer_cpu": ref["wer"], "wer_htp": got["wer"], "transcripts": got["clips"]}
+        if differ and checks["same_text"]:
+            failures.append(f"simulator transcripts differ from the CPU ONNX on {differ}")
+    record["seconds"] = round(time.monotonic() - started, 1)
+    print(record)
+    if failures:
+        raise StageFailed(f"{', '.join(g['binary'] for g in graphs.values())}: " + "; ".join(failures))
+    write_json(out, record)
+
+
+def _memo(run):
+    """Cache simulator calls by input bytes: the tensor check and the transcript share the encoder run."""
+    cache = {}
+
+    def cached(feeds):
+        key = hashlib.sha1(b"".join(k.encode() + v.tobytes() for k, v in sorted(feeds.items()))).hexdigest()
+        if key in cache:
+            return cache[key]
+        if len(cache) >= 4:   # bounded: decoder steps carry megabytes of cache each
+            cache.pop(next(iter(cache)))
+        cache[key] = run(feeds)
+        return cache[key]
+    return cached

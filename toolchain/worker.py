@@ -1,0 +1,72 @@
+"""Run one heavy step in its own process: a crash or leak cannot take doit down, and each
+compile gets a fresh process (the QNN EP numbers tensors per process: ort-qnn.md §1.3)."""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import time
+
+from doit.exceptions import TaskError, TaskFailed
+
+from toolchain.files import atomic_path
+
+FAILED = "STAGE-FAILED: "
+EXIT_FAILED = 3
+
+
+class StageFailed(Exception):
+    """An expected failure (bad model, CPU partition, accuracy miss): one clear message, no traceback."""
+
+
+def run(function: str, kwargs: dict, log: str):
+    """Call `module:function(**kwargs)` in a child process, output to `log`; a doit action result."""
+    started = time.monotonic()
+    with atomic_path(log) as tmp:
+        with open(tmp, "w") as out:
+            out.write(f"# {function} {json.dumps(kwargs, sort_keys=True)}\n")
+            out.flush()
+            rc = subprocess.call([sys.executable, "-m", "toolchain.worker", function, json.dumps(kwargs)],
+                                 stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            out.write(f"# exit {rc} after {time.monotonic() - started:.1f} s\n")
+        text = tmp.read_text(errors="replace")
+    if rc == 0:
+        return None
+    lines = text.splitlines()
+    failed = [line[len(FAILED):] for line in lines if line.startswith(FAILED)]
+    if rc == EXIT_FAILED and failed:
+        return TaskFailed(failed[-1])
+    tail = "\n".join(lines[-25:])
+    return TaskError(f"{function} exited with {rc}; log {log}, last lines:\n{tail}")
+
+
+def main(argv: list[str]) -> int:
+    function, kwargs = argv[0], json.loads(argv[1])
+    module_name, _, name = function.partition(":")
+    func = getattr(importlib.import_module(module_name), name)
+    try:
+        func(**kwargs)
+    except StageFailed as err:
+        sys.stdout.flush()
+        print(f"{FAILED}{err}", flush=True)
+        return EXIT_FAILED
+    return 0
+
+
+def load_module(path: str):
+    """Import a model's own code (models/<module>.py) by path."""
+    import importlib.util
+    name = "model_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_").replace(".", "_")
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
