@@ -43,28 +43,27 @@ def _session(model, options: dict, config: dict, severity: int = 3):
 
 def compile(src: str, out_model: str, options: dict) -> dict:
     """ONNX -> EPContext model + context binary (`<stem>_qnn.bin`), CPU fallback disabled.
-    From model bytes, so the QNN graph name depends on content, not on the path."""
+    From model bytes, so the QNN graph name depends on content, not on the path. Built in a temp
+    folder: the EP writes the binary even when the session then fails, and refuses to overwrite."""
+    from toolchain.files import atomic_dir
     from toolchain.worker import StageFailed
     out = Path(out_model)
-    if out.exists():
-        out.unlink()   # the EP refuses to overwrite
-    config = {"session.disable_cpu_ep_fallback": "1", "ep.context_enable": "1",
-              "ep.context_embed_mode": "0", "ep.context_file_path": str(out)}
+    config = {"session.disable_cpu_ep_fallback": "1", "ep.context_enable": "1", "ep.context_embed_mode": "0"}
     started = time.monotonic()
-    try:
-        _session(Path(src).read_bytes(), options, config)
-    except Exception as err:  # the EP reports unsupported nodes only as an exception
-        cpu = cpu_nodes(src, options)
-        if cpu:
-            listed = ", ".join(f"{name or '<unnamed>'} ({op})" for name, op in cpu)
-            raise StageFailed(f"{src}: {len(cpu)} node(s) would run on the CPU, not the HTP: {listed}; "
-                              f"fix them in the export (replace or rewrite these ops)") from None
-        raise StageFailed(f"{src}: compile failed: {str(err).strip().splitlines()[-1]}") from None
-    seconds = time.monotonic() - started
-    binary = out.with_name(out.stem + "_qnn.bin")
-    if not binary.exists():
-        raise StageFailed(f"{src}: the EP wrote no context binary {binary}")
-    return {"seconds": round(seconds, 3), "binary": str(binary)}
+    with atomic_dir(out.parent) as tmp:
+        try:
+            _session(Path(src).read_bytes(), options, {**config, "ep.context_file_path": str(tmp / out.name)})
+        except Exception as err:  # the EP reports unsupported nodes only as an exception
+            cpu = cpu_nodes(src, options)
+            if cpu:
+                listed = ", ".join(f"{name or '<unnamed>'} ({op})" for name, op in cpu)
+                raise StageFailed(f"{src}: {len(cpu)} node(s) would run on the CPU, not the HTP: {listed}; "
+                                  f"fix them in the export (replace or rewrite these ops)") from None
+            raise StageFailed(f"{src}: compile failed: {str(err).strip().splitlines()[-1]}") from None
+        binary = tmp / (out.stem + "_qnn.bin")
+        if not binary.exists():
+            raise StageFailed(f"{src}: the EP wrote no context binary {binary.name}")
+    return {"seconds": round(time.monotonic() - started, 3), "binary": str(out.with_name(binary.name))}
 
 
 def cpu_nodes(src: str, options: dict) -> list[tuple[str, str]]:

@@ -46,7 +46,9 @@ def context_model(model, graph, chip) -> str:
 
 
 def context_binary(model, graph, chip) -> str:
-    return f"{chip_dir(model, chip)}/{graph.name}_qnn.bin"
+    """The EP writes <stem>_qnn.bin; qnn-context-binary-generator writes <--binary_file>.bin."""
+    suffix = "" if model.toolchain == "qairt" else "_qnn"
+    return f"{chip_dir(model, chip)}/{graph.name}{suffix}.bin"
 
 
 def compile_log(model, graph, chip) -> str:
@@ -67,3 +69,42 @@ def verify_log(model, chip, tier: str = "default") -> str:
 
 def manifest(model, chip) -> str:
     return f"{chip_dir(model, chip)}/manifest.json"
+
+
+# QAIRT SDK toolchain: chip-independent outputs per graph, then per chip in chip_dir().
+def toolchain_graph_dir(model, graph) -> str:
+    """Per-graph outputs of the toolchain (QAIRT: converter C++, weights, model libs)."""
+    return f"{BUILD}/{model.name}/{model.toolchain}/{graph.name}"
+
+
+def qnn_cpp(model, graph) -> str:
+    """Converter output; its file name decides the QNN graph name (qairt.graph_name)."""
+    return f"{toolchain_graph_dir(model, graph)}/{graph.name}.cpp"
+
+
+def qnn_weights(model, graph) -> str:
+    return f"{toolchain_graph_dir(model, graph)}/{graph.name}.bin"
+
+
+def model_libs_dir(model, graph) -> str:
+    return f"{toolchain_graph_dir(model, graph)}/model_libs"
+
+
+def model_lib(model, graph, target: str) -> str:
+    """What qnn-model-lib-generator writes: <out>/<target>/lib<cpp stem>.so."""
+    return f"{model_libs_dir(model, graph)}/{target}/lib{graph.name}.so"
+
+
+def htp_config(model, graph, chip, name: str) -> str:
+    """htp_backend_extensions.json / htp_config.json of one graph on one chip."""
+    return f"{chip_dir(model, chip)}/{graph.name}.config/{name}"
+
+
+def stage_log(model, graph, stage: str, chip=None) -> str:
+    """One log per stage per graph (per chip where the stage is per chip), kept as a target."""
+    where = chip_dir(model, chip) if chip else toolchain_graph_dir(model, graph)
+    return f"{where}/{graph.name}.{stage}.log"
+
+
+def stage_record(model, graph, stage: str, chip=None) -> str:
+    return stage_log(model, graph, stage, chip)[:-len(".log")] + ".json"

@@ -14,6 +14,11 @@ class Project:
     models: tuple[spec.Model, ...]
     chips: dict
     full_chips: tuple[str, ...]   # full verification tier asked for on the command line
+    qairt_sdk: object = None      # qairt.Sdk, preflighted, when a model builds with the QAIRT SDK
+
+    def toolchain_models(self, toolchain: str):
+        """The models that build with `toolchain` (the other toolchain's stages skip them)."""
+        return [m for m in self.models if m.toolchain == toolchain]
 
     def model_chips(self):
         """(model, chip) for every chip a model targets."""
@@ -42,4 +47,7 @@ def load(models_dir: str | Path = "models", full: str = "") -> Project:
     for name in wanted:
         if name not in chips:
             raise SpecError(f"command line: full={full}: unknown chip {name!r}; known: {', '.join(chips)}")
-    return Project(models=models, chips=chips, full_chips=wanted)
+    from toolchain import qairt
+    users = [m for m in models if m.toolchain == qairt.NAME]
+    sdk = qairt.preflight(users, chips) if users else None   # before any task runs
+    return Project(models=models, chips=chips, full_chips=wanted, qairt_sdk=sdk)

@@ -148,9 +148,9 @@ def _dlopen_quiet(path: str) -> C.CDLL:
 
 
 @functools.lru_cache(maxsize=None)
-def _sys_iface() -> tuple[C.CDLL, _SysIface]:
-    """Load libQnnSystem.so once and return (lib, first system interface provider)."""
-    lib = _dlopen_quiet(os.path.join(_qnn_dir(), "libQnnSystem.so"))
+def _sys_iface(lib_dir: str | None = None) -> tuple[C.CDLL, _SysIface]:
+    """Load libQnnSystem.so (bundled, or from `lib_dir`) once and return (lib, first system interface provider)."""
+    lib = _dlopen_quiet(os.path.join(lib_dir or _qnn_dir(), "libQnnSystem.so"))
     provs, n = C.POINTER(C.POINTER(_SysIface))(), C.c_uint32()
     lib.QnnSystemInterface_getProviders.restype = _Err
     rc = lib.QnnSystemInterface_getProviders(C.byref(provs), C.byref(n))
@@ -181,11 +181,11 @@ def _graph(g: _GraphInfo) -> dict:
             "outputs": [_tensor(v.outputs[i]) for i in range(v.numOutputs)]}
 
 
-def binary_info(bin_path: str) -> dict:
+def binary_info(bin_path: str, lib_dir: str | None = None) -> dict:
     """Versions, SoC model, blob size and graph I/O of a context binary, read through libQnnSystem."""
     with open(bin_path, "rb") as f:
         data = f.read()
-    _, iface = _sys_iface()
+    _, iface = _sys_iface(lib_dir)
     create, free = _CreateFn(iface.fns[0]), _FreeFn(iface.fns[3])
     handle = C.c_void_p()
     rc = create(C.byref(handle)) & 0xFFFF
@@ -215,14 +215,14 @@ def binary_info(bin_path: str) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
-def _htp_lib() -> C.CDLL:
-    """Load the bundled libQnnHtp.so once."""
-    return _dlopen_quiet(os.path.join(_qnn_dir(), "libQnnHtp.so"))
+def _htp_lib(lib_dir: str | None = None) -> C.CDLL:
+    """Load libQnnHtp.so (bundled, or from `lib_dir`) once."""
+    return _dlopen_quiet(os.path.join(lib_dir or _qnn_dir(), "libQnnHtp.so"))
 
 
-def htp_build_id() -> dict:
-    """Provider name, backend id, API versions and build id of the bundled libQnnHtp.so."""
-    lib = _htp_lib()
+def htp_build_id(lib_dir: str | None = None) -> dict:
+    """Provider name, backend id, API versions and build id of libQnnHtp.so (bundled, or in `lib_dir`)."""
+    lib = _htp_lib(lib_dir)
     provs, n = C.POINTER(C.POINTER(_Iface))(), C.c_uint32()
     lib.QnnInterface_getProviders.restype = _Err
     rc = lib.QnnInterface_getProviders(C.byref(provs), C.byref(n)) & 0xFFFF

@@ -13,7 +13,8 @@ NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 IO_DTYPES = ("float32", "float16", "int32")   # what the HTP runtimes accept at graph I/O
 PRECISIONS = ("fp16",)
-TOOLCHAINS = ("ort-qnn",)
+TOOLCHAINS = ("ort-qnn", "qairt")   # a spec may also say "auto": resolved once, in resolve_toolchain()
+ANDROID_LIBS = ("auto", "required", "off")   # QAIRT aarch64-android model libs: with an NDK / always / never
 CHECKPOINT_FORMATS = ("ctranslate2", "openai-whisper", "torch")
 
 
@@ -157,7 +158,8 @@ def load(path: str | Path, chips: dict) -> Model:
                        "opset": export.opt("opset", int, 18)}
     export.done()
     comp = top.sub("compile", required=False)
-    compile_settings = {"optimization": comp.opt("optimization", int, 3, (1, 2, 3))}
+    compile_settings = {"optimization": comp.opt("optimization", int, 3, (1, 2, 3)),
+                        "android_libs": comp.opt("android_libs", str, "auto", ANDROID_LIBS)}
     comp.done()
     parity = top.sub("parity", required=False)
     parity_settings = {"max_abs": float(parity.opt("max_abs", (int, float), 1e-3)),
@@ -188,13 +190,21 @@ def load(path: str | Path, chips: dict) -> Model:
                                   f"or declare the graph precision = \"w8a16\" (8-bit weights)")
 
     description = top.opt("description", str, "")
-    toolchain = top.opt("toolchain", str, "ort-qnn", TOOLCHAINS)
+    toolchain = resolve_toolchain(top.opt("toolchain", str, "ort-qnn", TOOLCHAINS + ("auto",)))
     top.done()
     return Model(name=name, spec_file=file, module_file=str(module_file), description=description,
                  license=license_, toolchain=toolchain, chips=chip_names, checkpoint=checkpoint,
                  data_dir=data_dir, export=tuple(export_settings.items()),
                  compile=tuple(compile_settings.items()), parity=tuple(parity_settings.items()),
                  verify=tuple(verify_settings.items()), graphs=graphs)
+
+
+def resolve_toolchain(requested: str) -> str:
+    """The toolchain a model builds with: "auto" is QAIRT when $QNN_SDK_ROOT is a valid SDK, else ort-qnn."""
+    if requested != "auto":
+        return requested
+    from toolchain import qairt
+    return qairt.NAME if qairt.valid_sdk() else "ort-qnn"
 
 
 def _checkpoint(t: Table, here: Path) -> Checkpoint:

@@ -69,4 +69,6 @@ def load_module(path: str):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    # Run the imported module's main, so StageFailed raised by stages is the class caught there.
+    from toolchain.worker import main as imported_main
+    sys.exit(imported_main(sys.argv[1:]))

@@ -1,0 +1,90 @@
+"""Failures inside the build: one clear message naming the file and tensor/node, exit 1, and
+the outputs of other tasks left as they were."""
+import hashlib
+import textwrap
+
+MODULE = '''
+import onnx
+from onnx import helper as h, TensorProto as T
+
+
+def export(checkpoint, graph, out, settings):
+    x = h.make_tensor_value_info("x", T.{in_type}, {in_shape})
+    y = h.make_tensor_value_info("y", T.FLOAT, {out_shape})
+    nodes = {nodes}
+    model = h.make_model(h.make_graph(nodes, "g", [x], [y]), opset_imports=[h.make_opsetid("", 17)])
+    onnx.save(model, out)
+'''
+
+SPEC = '''
+module = "handmade"
+chips = ["SM8750"]
+[license]
+name = "Apache-2.0"
+[checkpoint]
+path = "handmade.bin"
+sha256 = "{sha}"
+format = "torch"
+[graphs.net]
+inputs.x = {{ shape = [1, 4, 4], dtype = "float32" }}
+outputs.y = {{ shape = {out_shape}, dtype = "float32" }}
+'''
+
+
+def handmade(project, nodes, in_type="FLOAT", in_shape="[1, 4, 4]", out_shape="[1, 4, 4]"):
+    models = project.root / "models"
+    (models / "handmade.py").write_text(MODULE.format(nodes=nodes, in_type=in_type, in_shape=in_shape,
+                                                      out_shape=out_shape))
+    (models / "handmade.bin").write_bytes(b"weights live in the export code")
+    sha = hashlib.sha256(b"weights live in the export code").hexdigest()
+    (models / "bad.toml").write_text(textwrap.dedent(SPEC.format(sha=sha, out_shape=out_shape)))
+
+
+def test_an_op_that_would_fall_back_to_the_cpu_fails_compile_naming_it(project):
+    handmade(project, '[h.make_node("Constant", [], ["axes"], value=h.make_tensor("a", T.INT64, [1], [1])),'
+                      ' h.make_node("Relu", ["x"], ["r"], name="relu"), h.make_node("Det", ["r"], ["d"], name="det"),'
+                      ' h.make_node("Unsqueeze", ["d", "axes"], ["y"], name="unsq")]', out_shape="[1, 1]")
+    rc, executed, text = project.run("compile:bad/net@SM8750")
+    assert rc == 1
+    assert "inspect:bad/net" in executed
+    assert "build/bad/net/net.onnx: 1 node(s) would run on the CPU, not the HTP: det (Det)" in text
+    assert not (project.root / "build/bad/ort-qnn/SM8750/net_qnn.bin").exists()
+    assert (project.root / "build/bad/ort-qnn/SM8750/net.compile.log").exists()   # kept for reading
+
+
+def test_a_dynamic_shape_in_the_onnx_fails_inspect_naming_the_tensor(project):
+    handmade(project, '[h.make_node("Relu", ["x"], ["y"])]', in_shape='[1, 4, "T"]', out_shape="[1, 4, 4]")
+    rc, _, text = project.run("inspect:bad/net")
+    assert rc == 1
+    assert "build/bad/net/net.onnx: input 'x': shape [1, 4, 'T'] is dynamic; export with fixed sizes" in text
+
+
+def test_an_int64_input_in_the_onnx_fails_inspect(project):
+    handmade(project, '[h.make_node("Cast", ["x"], ["y"], to=T.FLOAT)]', in_type="INT64")
+    rc, _, text = project.run("inspect:bad/net")
+    assert rc == 1
+    assert "input 'x': int64; the HTP runtimes take int32" in text
+    assert "input 'x': dtype int64, models/bad.toml declares float32" in text
+
+
+def test_a_checkpoint_with_other_bytes_is_refused_with_both_hashes(project):
+    handmade(project, '[h.make_node("Relu", ["x"], ["y"])]')
+    (project.root / "models/handmade.bin").write_bytes(b"someone else's weights")
+    rc, _, text = project.run("checkpoint:bad")
+    assert rc == 1
+    pinned = hashlib.sha256(b"weights live in the export code").hexdigest()
+    actual = hashlib.sha256(b"someone else's weights").hexdigest()
+    assert f"models/bad.toml: checkpoint.sha256: " in text and pinned in text and actual in text
+
+
+def test_a_corrupted_binary_is_caught_before_it_is_verified(project):
+    project.add_tiny("tiny")
+    rc, _, text = project.run("compile:tiny/net@SM8750")
+    assert rc == 0, text
+    binary = project.root / "build/tiny/ort-qnn/SM8750/net_qnn.bin"
+    data = bytearray(binary.read_bytes())
+    data[len(data) // 2] ^= 0xFF   # weight bytes: the runtime would load it and answer wrongly
+    binary.write_bytes(bytes(data))
+    rc, _, text = project.run("verify:tiny@SM8750")
+    assert rc == 1
+    assert "net_qnn.bin: sha256 differs from the one recorded at compile" in text

@@ -1,0 +1,29 @@
+"""x86_64 model lib + HTP config -> context binary (qnn-context-binary-generator), once per (graph, chip)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from doit.tools import config_changed
+
+from toolchain import external, paths, qairt
+from toolchain.htpconfig import BACKEND_EXTENSIONS, HTP_CONFIG
+
+
+def tasks(project):
+    sdk = project.qairt_sdk
+    for model, graph, chip in project.graph_chips():
+        if model.toolchain != qairt.NAME:
+            continue
+        lib = paths.model_lib(model, graph, qairt.HOST)
+        extensions = paths.htp_config(model, graph, chip, BACKEND_EXTENSIONS)
+        binary = paths.context_binary(model, graph, chip)
+        log, record = paths.stage_log(model, graph, "context", chip), paths.stage_record(model, graph, "context", chip)
+        argv = qairt.context_argv(sdk, lib, str(Path(binary).parent), Path(binary).stem, extensions)
+        env = qairt.env(sdk)
+        yield {"name": f"{model.name}/{graph.name}@{chip.name}",
+               "doc": f"{model.name}/{graph.name} -> {chip.name} (v{chip.htp_arch}) context binary, "
+                      f"qnn-context-binary-generator [qairt {sdk.build_id}]",
+               "file_dep": [lib, extensions, paths.htp_config(model, graph, chip, HTP_CONFIG)],
+               "targets": [binary, record, log], "clean": True,
+               "actions": [(external.run, (argv, env, log, [binary], record))],
+               "uptodate": [config_changed({"argv": argv, "env": env, "sdk": sdk.record(), "chip": chip.record()})]}
