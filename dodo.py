@@ -5,14 +5,22 @@ import os
 
 import doit
 
+import toolchain.calibrate
 import toolchain.checkpoint
 import toolchain.compile
+import toolchain.context
+import toolchain.convert
 import toolchain.export
 import toolchain.groups
+import toolchain.htpconfig
 import toolchain.inspect
 import toolchain.manifest
+import toolchain.modellib
+import toolchain.pagesize
 import toolchain.parity
 import toolchain.project
+import toolchain.quantize
+import toolchain.readback
 import toolchain.report
 import toolchain.simplify
 import toolchain.verify
@@ -23,8 +31,8 @@ DOIT_CONFIG = {
     "backend": "sqlite3sync",          # commits per task: a killed build keeps what finished
     "check_file_uptodate": "md5",      # content, not mtime, decides
     "action_string_formatting": "new",
-    "default_tasks": ["checkpoint", "export", "simplify", "inspect", "parity", "compile", "verify",
-                      "manifest", "report"],
+    "default_tasks": ["checkpoint", "export", "simplify", "inspect", "parity", "calibrate", "quantize", "convert", "modellib",
+                      "pagesize", "htpconfig", "context", "readback", "compile", "verify", "manifest", "report"],
 }
 
 os.makedirs(paths.BUILD, exist_ok=True)   # doit opens the state DB before any task runs
@@ -56,8 +64,48 @@ def task_parity():
     yield from toolchain.parity.tasks(PROJECT)
 
 
+def task_calibrate():
+    """Real calibration inputs (raw files + input list), per w8a16 graph."""
+    yield from toolchain.calibrate.tasks(PROJECT)
+
+
+def task_quantize():
+    """Float ONNX -> w8a16 QDQ ONNX, per w8a16 graph (embedded toolchain)."""
+    yield from toolchain.quantize.tasks(PROJECT)
+
+
+def task_convert():
+    """ONNX -> QNN graph C++ + weights (qnn-onnx-converter), per graph; QAIRT SDK models."""
+    yield from toolchain.convert.tasks(PROJECT)
+
+
+def task_modellib():
+    """QNN graph -> model libs x86_64 / aarch64-android (qnn-model-lib-generator), per graph; QAIRT."""
+    yield from toolchain.modellib.tasks(PROJECT)
+
+
+def task_pagesize():
+    """aarch64-android model lib LOAD segments aligned to 16 KiB, per graph; QAIRT."""
+    yield from toolchain.pagesize.tasks(PROJECT)
+
+
+def task_htpconfig():
+    """Chip table -> HTP backend config JSON, per graph and chip; QAIRT."""
+    yield from toolchain.htpconfig.tasks(PROJECT)
+
+
+def task_context():
+    """x86_64 model lib -> context binary (qnn-context-binary-generator), per graph and chip; QAIRT."""
+    yield from toolchain.context.tasks(PROJECT)
+
+
+def task_readback():
+    """Context binary read back: build id, graph name, chip, I/O, per graph and chip; QAIRT."""
+    yield from toolchain.readback.tasks(PROJECT)
+
+
 def task_compile():
-    """ONNX -> HTP context binary, per graph and chip."""
+    """ONNX -> HTP context binary (onnxruntime-qnn), per graph and chip; ort-qnn models."""
     yield from toolchain.compile.tasks(PROJECT)
 
 

@@ -28,16 +28,16 @@ def data_files(data_dir: str | None) -> list[str]:
     return sorted(str(p) for p in Path(data_dir).rglob("*") if p.is_file())
 
 
-def clips(module, data_dir: str | None, wanted=()) -> list:
-    """The model's labelled samples (all, or the `wanted` ids in the declared order)."""
-    if not data_dir or not hasattr(module, "read_clips"):
+def samples(module, data_dir: str | None, wanted=()) -> list:
+    """The model's labelled samples (all, or the `wanted` ids in the declared order); item[0] is the id."""
+    if not data_dir or not hasattr(module, "samples"):
         return []
-    every = module.read_clips(data_dir)
+    every = module.samples(data_dir)
     if not wanted:
         return every
     by_id = {c[0]: c for c in every}
     missing = [w for w in wanted if w not in by_id]
     if missing:
         from toolchain.worker import StageFailed
-        raise StageFailed(f"{data_dir}: no clip(s) {missing}; known: {sorted(by_id)}")
+        raise StageFailed(f"{data_dir}: no sample(s) {missing}; known: {sorted(by_id)}")
     return [by_id[w] for w in wanted]

@@ -13,8 +13,10 @@ MIB = 1 << 20
 def tasks(project):
     tool = ort_qnn.version()
     for model, graph, chip in project.graph_chips():
+        if model.toolchain != ort_qnn.NAME:   # QAIRT models compile through convert ... context
+            continue
         options = ort_qnn.provider_options(chip.record(), dict(model.compile)["optimization"])
-        src = paths.simplified(model, graph)
+        src = paths.compile_source(model, graph)
         targets = [paths.context_model(model, graph, chip), paths.context_binary(model, graph, chip),
                    paths.compile_record(model, graph, chip)]
         log = paths.compile_log(model, graph, chip)

@@ -1,8 +1,11 @@
 """Alias tasks `chip:<CHIP>` and `model:<name>`: a misspelt name fails (exit 3) where a
 wildcard that matches nothing would silently succeed."""
 
-MODEL_STAGES = ("checkpoint", "export", "simplify", "inspect", "parity", "compile", "verify", "manifest")
-CHIP_STAGES = ("compile", "verify", "manifest")
+QAIRT_GRAPH_STAGES = ("convert", "modellib", "pagesize")   # QAIRT models only; per chip: the next three
+QAIRT_CHIP_STAGES = ("htpconfig", "context", "readback")
+MODEL_STAGES = ("checkpoint", "export", "simplify", "inspect", "parity", *QAIRT_GRAPH_STAGES, *QAIRT_CHIP_STAGES,
+                "compile", "verify", "manifest")
+CHIP_STAGES = (*QAIRT_CHIP_STAGES, "compile", "verify", "manifest")
 
 
 def chip_tasks(project):
@@ -14,5 +17,5 @@ def chip_tasks(project):
 
 def model_tasks(project):
     for model in project.models:
-        yield {"name": model.name, "doc": f"every task of {model.name}",
+        yield {"name": model.name, "doc": f"every task of {model.name} (toolchain {model.toolchain})",
                "task_dep": [f"{stage}:{model.name}*" for stage in MODEL_STAGES], "actions": None}

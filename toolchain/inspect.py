@@ -20,6 +20,8 @@ def tasks(project):
             src, out = paths.simplified(model, graph), paths.inspected(model, graph)
             declared = io_record(graph)
             declared["batch_axes"] = {t.name: t.batch_axis for t in graph.inputs + graph.outputs}
+            declared["precision"] = graph.precision
+            declared["max_fp16_params"] = dict(model.compile)["max_fp16_params"]
             yield {"name": f"{model.name}/{graph.name}",
                    "doc": f"{model.name}/{graph.name}: assert static shapes, batch 1, int32 I/O, declared names",
                    "file_dep": [src], "targets": [out], "clean": True,
@@ -69,6 +71,11 @@ def check(src: str, declared: dict, spec_file: str, out: str):
     if found:
         return TaskFailed(f"{src}: " + "; ".join(found))
     params = sum(int(_numel(i.dims)) for i in model.graph.initializer)
+    limit = declared["max_fp16_params"]
+    if declared["precision"] == "fp16" and params > limit:
+        return TaskFailed(f"{src}: {params / 1e6:.1f} M parameters ({2 * params / 2**30:.2f} GiB in fp16) exceed "
+                          f"the per-context limit of {limit / 1e6:.1f} M ({spec_file}: compile.max_fp16_params): "
+                          f"declare the graph precision = \"w8a16\" (8-bit weights), or split it into several graphs")
     write_json(out, {"ops": dict(sorted(collections.Counter(n.op_type for n in model.graph.node).items())),
                      "nodes": len(model.graph.node), "parameters": params,
                      "opset": {o.domain or "ai.onnx": o.version for o in model.opset_import},

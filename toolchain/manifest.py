@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from doit.tools import config_changed
 
-from toolchain import ort_qnn, paths
+from toolchain import ort_qnn, paths, qairt
 from toolchain.files import read_json, write_json
 
 # What the binary's own config string says about the request (the full string is in *.compile.json).
@@ -18,7 +18,8 @@ def tasks(project):
                                "format": model.checkpoint.format},
                 "chip": {**chip.record(), "marketing": chip.marketing}, "toolchain": model.toolchain,
                 "precision": {g.name: g.precision for g in model.graphs},
-                "runtime_libraries": ort_qnn.runtime_libraries(chip.record())}
+                "runtime_libraries": qairt.runtime_libraries(project.qairt_sdk, chip.record())
+                if model.toolchain == qairt.NAME else ort_qnn.runtime_libraries(chip.record())}
         out = paths.manifest(model, chip)
         yield {"name": f"{model.name}@{chip.name}",
                "doc": f"{model.name} on {chip.name}: manifest (chip, SDK build id, checksums, numbers)",
@@ -36,6 +37,8 @@ def _sources(project, model, chip) -> dict:
                "verify": {"default": paths.verified(model, chip)}}
     if project.wants_full_tier(model, chip):
         sources["verify"]["full"] = paths.verified(model, chip, "full")
+    if model.toolchain == qairt.NAME:   # the model libs (x86_64, aarch64-android) and their page alignment
+        sources["model_libs"] = {g.name: paths.stage_record(model, g, "pagesize") for g in model.graphs}
     return sources
 
 
@@ -57,4 +60,6 @@ def write(meta: dict, sources: dict, out: str):
               "graphs": {g: read_json(p) for g, p in sources["inspect"].items()},
               "parity": read_json(sources["parity"]),
               "verify": {tier: read_json(p) for tier, p in sources["verify"].items()}}
+    if "model_libs" in sources:
+        record["model_libs"] = {g: read_json(p) for g, p in sources["model_libs"].items()}
     write_json(out, record)

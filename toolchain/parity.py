@@ -13,7 +13,7 @@ from toolchain.worker import StageFailed, load_module, run
 def tasks(project):
     tool = {"torch": metadata.version("torch"), "onnxruntime": metadata.version("onnxruntime")}
     for model in project.models:
-        settings = dict(model.parity)
+        settings = {**dict(model.parity), "metric": dict(model.metric)}
         onnx_files = {g.name: paths.simplified(model, g) for g in model.graphs}
         out = paths.parity(model)
         kwargs = {"module_file": model.module_file, "checkpoint": paths.checkpoint(model),
@@ -36,23 +36,16 @@ def check(module_file: str, checkpoint: str, onnx_files: dict, data_dir, setting
     def onnx_run(graph, feeds):
         return cpu[graph](feeds)
 
-    samples = compare.clips(module, data_dir)
-    feeds = module.graph_feeds(torch_run, samples[0][1] if samples else None)
+    samples = compare.samples(module, data_dir)
+    feeds = module.graph_feeds(torch_run, samples[0] if samples else None)
     errors = compare.tensor_errors(torch_run, onnx_run, feeds)
     record = {"tensors": errors, "settings": settings}
     failures = [f"{g}: max abs error {e['max_abs']:.3g} > {settings['max_abs']}"
                 for g, e in errors.items() if e["max_abs"] > settings["max_abs"]]
-    if samples and hasattr(module, "evaluate"):
+    if samples and hasattr(module, "evaluate"):   # the model's own task metric (text, ranking, top-1)
         ref, got = module.evaluate(torch_run, samples), module.evaluate(onnx_run, samples)
-        differ = [c for c in ref["clips"] if ref["clips"][c]["text"] != got["clips"][c]["text"]]
-        record["text"] = {"clips": len(samples), "identical": len(samples) - len(differ),
-                          "differ": {c: [ref["clips"][c]["text"], got["clips"][c]["text"]] for c in differ},
-                          "wer_torch": ref["wer"], "wer_onnx": got["wer"], "transcripts": got["clips"]}
-        if differ and settings["same_text"]:
-            failures.append(f"transcripts differ on {differ}")
-        if abs(ref["wer"] - got["wer"]) > settings["wer_delta"]:
-            failures.append(f"WER {got['wer']:.4f} (ONNX) vs {ref['wer']:.4f} (PyTorch) differ by more "
-                            f"than {settings['wer_delta']}")
+        record["task"], task_failures = module.agree(ref, got, {**settings["metric"], "tier": "parity"})
+        failures += task_failures
     print(record)
     if failures:
         raise StageFailed(f"parity failed for {', '.join(onnx_files.values())}: " + "; ".join(failures))

@@ -108,3 +108,17 @@ def stage_log(model, graph, stage: str, chip=None) -> str:
 
 def stage_record(model, graph, stage: str, chip=None) -> str:
     return stage_log(model, graph, stage, chip)[:-len(".log")] + ".json"
+
+
+def calibration(model, graph) -> str:
+    """Folder of a w8a16 graph's calibration set (raw files + input_list.txt)."""
+    return f"{BUILD}/{model.name}/{graph.name}/calibration"
+
+
+def quantized(model, graph) -> str:
+    return f"{BUILD}/{model.name}/{graph.name}/{graph.name}.w8a16.onnx"
+
+
+def compile_source(model, graph) -> str:
+    """The ONNX a compiler takes: the QDQ graph for w8a16, the simplified float graph otherwise."""
+    return quantized(model, graph) if graph.precision == "w8a16" else simplified(model, graph)

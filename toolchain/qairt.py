@@ -18,7 +18,7 @@ TOOLS = ("qnn-onnx-converter", "qnn-model-lib-generator", "qnn-context-binary-ge
 UTILITY = "qnn-context-binary-utility"   # optional: read-back falls back to libQnnSystem through qnnbin
 HOST_LIBS = ("libQnnHtp.so", "libQnnSystem.so", "libQnnHtpNetRunExtensions.so")
 CONVERTER_MODULES = ("onnx", "numpy", "qti.aisw.converters")   # what the converter imports first
-ACTIVATE = "source $QNN_SDK_ROOT/bin/envsetup.sh (or export QNN_SDK_ROOT=/path/to/qairt/2.40.0.251030)"
+ACTIVATE = "unzip the QAIRT SDK and source qairt/<version>/bin/envsetup.sh (or export QNN_SDK_ROOT=/path/to/qairt/2.40.0.251030)"
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ def python_problems(python: str, root: str) -> tuple[str | None, list[str]]:
           f"or set {ENV_PYTHON}=/path/to/that/python"
     resolved = shutil.which(python)
     if not resolved:
-        return None, [f"the converter's Python {python!r} is not on PATH: {fix}"]
+        return None, [f"the converter's Python {python!r} was not found: {fix}"]
     code = ("import importlib.util as u, json, sys\ndef ok(m):\n try: return u.find_spec(m) is not None\n"
             " except ImportError: return False\nprint(json.dumps(['%d.%d' % sys.version_info[:2], "
             f"[m for m in {list(CONVERTER_MODULES)!r} if not ok(m)]]))")

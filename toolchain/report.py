@@ -5,7 +5,7 @@ from toolchain import paths
 from toolchain.files import atomic_path, read_json
 
 COLUMNS = ("model", "chip", "arch", "precision", "binaries MB", "compile s", "parity max abs",
-           "WER torch / onnx", "sim max rel", "sim text", "WER htp (full)", "verify s", "SDK")
+           "parity task", "sim max rel", "sim task (default)", "sim task (full)", "verify s", "SDK")
 
 
 def tasks(project):
@@ -17,16 +17,14 @@ def tasks(project):
 
 def row(m: dict) -> list[str]:
     parity, verify = m["parity"], m["verify"]["default"]
-    full = m["verify"].get("full", {}).get("text")
-    text = verify.get("text")
+    full = m["verify"].get("full", {}).get("task", {}).get("summary", "-")
     return [m["model"], m["chip"]["name"], m["htp_arch"], "/".join(sorted(set(m["precision"].values()))),
             f"{sum(b['bytes'] for b in m['binaries'].values()) / 1e6:.1f}",
             " + ".join(f"{b['compile_seconds']:.1f}" for b in m["binaries"].values()),
             f"{max(t['max_abs'] for t in parity['tensors'].values()):.2g}",
-            f"{parity['text']['wer_torch']:.3f} / {parity['text']['wer_onnx']:.3f}" if "text" in parity else "-",
+            parity.get("task", {}).get("summary", "-"),
             f"{max(t['max_rel'] for t in verify['tensors'].values()):.2g}",
-            f"{text['identical']}/{len(text['clips'])} same" if text else "-",
-            f"{full['wer_htp']:.3f} (cpu {full['wer_cpu']:.3f})" if full else "-",
+            verify.get("task", {}).get("summary", "-"), full,
             f"{verify['seconds']:.0f}", m["sdk"]["build_id"] or "?"]
 
 

@@ -9,7 +9,7 @@ import time
 
 from doit.tools import config_changed
 
-from toolchain import compare, ort_qnn, paths
+from toolchain import compare, netrun, ort_qnn, paths, qairt
 from toolchain.files import read_json, sha256, write_json
 from toolchain.worker import StageFailed, load_module, run
 
@@ -24,8 +24,13 @@ def tasks(project, tier: str):
                            "record": paths.compile_record(model, g, chip)} for g in model.graphs}
         options = ort_qnn.provider_options(chip.record(), dict(model.compile)["optimization"])
         out, log = paths.verified(model, chip, tier), paths.verify_log(model, chip, tier)
-        checks = {"max_rel": settings["max_rel"], "same_text": settings["same_text"],
-                  "max_tokens": settings["max_tokens"], "clips": list(clips), "tier": tier}
+        precisions = sorted({g.precision for g in model.graphs})
+        checks = {"max_rel": max(settings["max_rel"] if p == "fp16" else settings["max_rel_w8a16"]
+                                 for p in precisions),
+                  "metric": dict(model.metric), "clips": list(clips), "tier": tier}
+        if model.toolchain == qairt.NAME:   # same checks, run by the SDK's own runner, qnn-net-run
+            yield netrun.verify_task(project, model, chip, checks)
+            continue
         kwargs = {"module_file": model.module_file, "graphs": graphs, "data_dir": model.data_dir,
                   "options": options, "checks": checks, "out": out}
         what = "all clips, WER" if tier == "full" else f"clips {', '.join(clips) or '(generated inputs)'}"
@@ -38,7 +43,7 @@ def tasks(project, tier: str):
                "uptodate": [config_changed({"checks": checks, "options": options, "tool": tool})]}
 
 
-def check(module_file: str, graphs: dict, data_dir, options: dict, checks: dict, out: str):
+def check(module_file: str, graphs: dict, data_dir, options: dict, checks: dict, out: str, runner: dict | None = None):
     started = time.monotonic()
     for g in graphs.values():   # doit checks only that targets exist; flipped weights still load
         recorded = read_json(g["record"])["sha256"]
@@ -47,7 +52,8 @@ def check(module_file: str, graphs: dict, data_dir, options: dict, checks: dict,
                               f"({recorded}); the file changed: run `doit clean` on its compile task")
     module = load_module(module_file)
     cpu = {name: ort_qnn.cpu(g["onnx"]) for name, g in graphs.items()}
-    sim = {name: _memo(ort_qnn.simulator(g["context"], options)) for name, g in graphs.items()}
+    sim = {name: _memo(netrun.simulator(runner[name]) if runner else ort_qnn.simulator(g["context"], options))
+           for name, g in graphs.items()}   # runner: QAIRT models run in qnn-net-run
 
     def cpu_run(graph, feeds):
         return cpu[graph](feeds)
@@ -55,21 +61,16 @@ def check(module_file: str, graphs: dict, data_dir, options: dict, checks: dict,
     def sim_run(graph, feeds):
         return sim[graph](feeds)
 
-    samples = compare.clips(module, data_dir, checks["clips"])
-    feeds = module.graph_feeds(cpu_run, samples[0][1] if samples else None)
+    samples = compare.samples(module, data_dir, checks["clips"])
+    feeds = module.graph_feeds(cpu_run, samples[0] if samples else None)
     errors = compare.tensor_errors(cpu_run, sim_run, feeds)
     record = {"tier": checks["tier"], "tensors": errors, "checks": checks}
     failures = [f"{g}: max error {e['max_rel']:.3g} of the output range > {checks['max_rel']}"
                 for g, e in errors.items() if e["max_rel"] > checks["max_rel"]]
-    if samples and hasattr(module, "evaluate"):
-        ref = module.evaluate(cpu_run, samples, checks["max_tokens"])
-        got = module.evaluate(sim_run, samples, checks["max_tokens"])
-        differ = [c for c in ref["clips"] if ref["clips"][c]["text"] != got["clips"][c]["text"]]
-        record["text"] = {"clips": [s[0] for s in samples], "identical": len(samples) - len(differ),
-                          "differ": {c: [ref["clips"][c]["text"], got["clips"][c]["text"]] for c in differ},
-                          "wer_cpu": ref["wer"], "wer_htp": got["wer"], "transcripts": got["clips"]}
-        if differ and checks["same_text"]:
-            failures.append(f"simulator transcripts differ from the CPU ONNX on {differ}")
+    if samples and hasattr(module, "evaluate"):   # the model's own task metric
+        ref, got = module.evaluate(cpu_run, samples), module.evaluate(sim_run, samples)
+        record["task"], task_failures = module.agree(ref, got, {**checks["metric"], "tier": checks["tier"]})
+        failures += [f"simulator vs CPU ONNX: {f}" for f in task_failures]
     record["seconds"] = round(time.monotonic() - started, 1)
     print(record)
     if failures:

@@ -45,6 +45,8 @@ def _read_ct2(path: str) -> dict[str, np.ndarray]:
         for _ in range(n_vars):
             name, (rank,) = text(), take("B")
             dims, (dtype_id,), (nbytes,) = take("I" * rank), take("B"), take("I")
+            if pos + nbytes > len(buf):
+                raise ValueError(f"{path}: truncated CTranslate2 model file (variable {name})")
             arr = np.frombuffer(buf, CT2_DTYPES[dtype_id], nbytes // np.dtype(CT2_DTYPES[dtype_id]).itemsize, pos)
             if dtype_id == 5:  # bfloat16 = upper half of a float32
                 arr = (arr.astype(np.uint32) << 16).view(np.float32)
@@ -221,7 +223,7 @@ def example_feeds(graph: str, dims: dict) -> dict[str, np.ndarray]:
         return {"mel": np.zeros((1, dims["n_mels"], 2 * dims["n_audio_ctx"]), np.float32)}
     if graph == "decoder":
         cross = np.zeros((L, 1, dims["n_audio_ctx"], D), np.float32)
-        return _step_feeds(0, 0, {"cross_k": cross, "cross_v": cross}, n_ctx=dims["n_text_ctx"])
+        return _step_feeds(0, 0, {"cross_k": cross, "cross_v": cross.copy()}, n_ctx=dims["n_text_ctx"])
     raise ValueError(f"unknown graph {graph!r} (expected 'encoder' or 'decoder')")
 
 
@@ -237,20 +239,28 @@ def export(checkpoint: str, graph: str, out: str, settings: dict) -> None:
     with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
         path = os.path.join(tmp, "model.onnx")
         torch.onnx.export(model, args, path, input_names=INPUTS[graph], output_names=OUTPUTS[graph],
-                          opset_version=opset, dynamo=exporter == "dynamo", external_data=False)
+                          opset_version=opset, dynamo=exporter == "dynamo", external_data=False, verbose=False)
         proto = onnx.load(path)
     onnx.save(proto, out)
 
 
-def _mel(wav: str) -> np.ndarray:
-    """Whisper log-mel [1,80,3000] of a 16 kHz wav, padded/trimmed to 30 s (soundfile; no ffmpeg)."""
-    import soundfile as sf
+def _mel(wav: str | None) -> np.ndarray:
+    """Whisper log-mel [1,80,3000] of a 16 kHz PCM16 wav (None: silence), padded/trimmed to 30 s."""
     from whisper.audio import log_mel_spectrogram, pad_or_trim
-    audio, sr = sf.read(wav, dtype="float32", always_2d=True)
-    if sr != 16000:
-        raise ValueError(f"{wav}: sample rate {sr}, expected 16000")
-    mel = log_mel_spectrogram(torch.from_numpy(pad_or_trim(audio.mean(axis=1))))
+    audio = _read_wav(wav) if wav else np.zeros(1, np.float32)
+    mel = log_mel_spectrogram(torch.from_numpy(pad_or_trim(audio)))
     return mel.numpy()[None].astype(np.float32)
+
+
+def _read_wav(path: str) -> np.ndarray:
+    """Mono float32 samples of a 16 kHz PCM16 wav. The stdlib reader, not libsndfile: soundfile
+    segfaults once the QNN HTP libraries are loaded in the same process (the simulator runs)."""
+    import wave
+    with wave.open(path, "rb") as w:
+        if w.getframerate() != 16000 or w.getsampwidth() != 2:
+            raise ValueError(f"{path}: {w.getframerate()} Hz, {8 * w.getsampwidth()}-bit; expected 16 kHz PCM16")
+        data = np.frombuffer(w.readframes(w.getnframes()), "<i2").reshape(-1, w.getnchannels())
+    return (data.astype(np.float32) / 32768.0).mean(axis=1)
 
 
 def _step_feeds(token: int, pos: int, enc: dict, k=None, v=None, n_ctx: int = N_CTX) -> dict[str, np.ndarray]:
@@ -292,7 +302,7 @@ def _greedy(run, enc: dict, tok, max_tokens: int, max_calls: int = N_CTX, record
     return seq[len(prompt):]
 
 
-def read_clips(data_dir: str) -> list[tuple[str, str, str]]:
+def samples(data_dir: str) -> list[tuple[str, str, str]]:
     """Parse <data_dir>/refs.tsv -> [(clip_id, wav_path, transcript)], in file order."""
     clips = []
     with open(os.path.join(data_dir, "refs.tsv"), encoding="utf-8") as f:
@@ -322,13 +332,36 @@ def evaluate(run, clips: list[tuple[str, str, str]], max_tokens: int = 224) -> d
     return {"clips": result, "wer": float(jiwer.wer(refs, hyps))}
 
 
-def graph_feeds(run, clip_wav: str, steps: int = 3) -> dict[str, list[dict[str, np.ndarray]]]:
+def graph_feeds(run, sample: tuple | None, steps: int = 3) -> dict[str, list[dict[str, np.ndarray]]]:
     """Real inputs for tensor-level comparisons: the clip's encoder feeds and the first `steps` decoder feeds."""
-    mel = {"mel": _mel(clip_wav)}
+    # sample None (the framework passes it when a model has no clips) decodes 30 s of silence
+    mel = {"mel": _mel(sample[1] if sample else None)}
     enc = run("encoder", mel)
     record = []
     _greedy(run, enc, _tokenizer(run, enc), N_CTX, max_calls=steps, record=record)
     return {"encoder": [mel], "decoder": record}
+
+
+def calibration_feeds(run, sample: tuple | None) -> dict[str, list[dict[str, np.ndarray]]]:
+    """w8a16 calibration inputs from one clip: its mel, and every decoder call of its greedy decode."""
+    return graph_feeds(run, sample, steps=N_CTX)
+
+
+def agree(ref: dict, got: dict, settings: dict) -> tuple[dict, list[str]]:
+    """Compare two evaluate() results: identical transcripts (same_text) and WER within wer_delta."""
+    differ = [c for c in ref["clips"] if ref["clips"][c]["text"] != got["clips"][c]["text"]]
+    n = len(ref["clips"])
+    record = {"clips": list(ref["clips"]), "identical": n - len(differ), "wer_ref": ref["wer"], "wer": got["wer"],
+              "differ": {c: [ref["clips"][c]["text"], got["clips"][c]["text"]] for c in differ},
+              "transcripts": {c: v["text"] for c, v in got["clips"].items()},
+              "summary": f"{n - len(differ)}/{n} same text, WER {got['wer']:.3f} (ref {ref['wer']:.3f})"}
+    failures = []
+    if differ and settings.get("same_text", True):
+        failures.append(f"transcripts differ on {differ}: {record['differ']}")
+    if abs(got["wer"] - ref["wer"]) > settings.get("wer_delta", 0.01):
+        failures.append(f"WER {got['wer']:.4f} vs {ref['wer']:.4f} (reference) differ by more than "
+                        f"{settings.get('wer_delta', 0.01)}")
+    return record, failures
 
 
 def torch_runner(checkpoint: str):

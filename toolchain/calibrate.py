@@ -1,0 +1,84 @@
+"""Real calibration inputs for a w8a16 graph, once per graph (chip-independent).
+
+The model's own samples go through the float ONNX graphs on the CPU (so a decoder is calibrated on
+the inputs the encoder really produces); each sample becomes one headerless raw file per graph
+input, in the tensor's native dtype and ONNX layout, and one line of input_list.txt listing them in
+graph-input order (the qnn-onnx-converter --input_list --use_native_input_files format)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from doit.tools import config_changed
+
+from toolchain import compare, ort_qnn, paths
+from toolchain.files import atomic_dir, write_json
+from toolchain.worker import StageFailed, load_module, run
+
+
+def raw_name(index: int, tensor: str) -> str:
+    return f"{index:04d}-{tensor}.raw"
+
+
+def tasks(project):
+    for model in project.models:
+        onnx_files = {g.name: paths.simplified(model, g) for g in model.graphs}
+        for graph in model.graphs:
+            if graph.precision != "w8a16":
+                continue
+            folder = paths.calibration(model, graph)
+            inputs = [[t.name, list(t.shape), t.dtype] for t in graph.inputs]
+            raws = [f"{folder}/{raw_name(i, t[0])}" for i in range(graph.calibration) for t in inputs]
+            kwargs = {"module_file": model.module_file, "onnx_files": onnx_files, "data_dir": model.data_dir,
+                      "graph": graph.name, "inputs": inputs, "count": graph.calibration, "folder": folder}
+            yield {"name": f"{model.name}/{graph.name}",
+                   "doc": f"{model.name}/{graph.name}: {graph.calibration} real calibration inputs (raw + input list)",
+                   "file_dep": [model.module_file, *onnx_files.values(), *compare.data_files(model.data_dir)],
+                   "targets": [f"{folder}/input_list.txt", f"{folder}/calibration.json", *raws,
+                               f"{folder}.log"],
+                   "clean": True,
+                   "actions": [(run, ("toolchain.calibrate:write", kwargs, f"{folder}.log"))],
+                   "uptodate": [config_changed({"count": graph.calibration, "inputs": inputs})]}
+
+
+def write(module_file: str, onnx_files: dict, data_dir, graph: str, inputs: list, count: int, folder: str):
+    module = load_module(module_file)
+    cpu = {g: ort_qnn.cpu(p) for g, p in onnx_files.items()}
+    samples = compare.samples(module, data_dir) or [None]
+    feeds_of = getattr(module, "calibration_feeds", module.graph_feeds)
+    feeds, used = [], []
+    for sample in samples:
+        got = feeds_of(lambda g, f: cpu[g](f), sample)[graph]
+        feeds += got
+        used += [sample[0] if sample else "generated"] * len(got)
+        if len(feeds) >= count:
+            break
+    if len(feeds) < count:
+        raise StageFailed(f"{data_dir}: the samples give {len(feeds)} calibration inputs for graph "
+                          f"'{graph}', the spec asks for calibration = {count}")
+    with atomic_dir(folder) as tmp:
+        for old in Path(folder).glob("*.raw"):   # a smaller count must not leave stale samples
+            old.unlink()
+        lines = []
+        for i, sample in enumerate(feeds[:count]):
+            files = []
+            for name, shape, dtype in inputs:
+                array = np.ascontiguousarray(sample[name], dtype=dtype)
+                if list(array.shape) != shape:
+                    raise StageFailed(f"calibration input '{name}' has shape {list(array.shape)}, graph takes {shape}")
+                array.tofile(tmp / raw_name(i, name))
+                files.append(raw_name(i, name))
+            lines.append(" ".join(files))
+        (tmp / "input_list.txt").write_text("\n".join(lines) + "\n")
+    write_json(f"{folder}/calibration.json", {"count": count, "samples": used[:count], "inputs": inputs,
+                                              "layout": "ONNX (as the graph declares it)"})
+
+
+def read(folder: str, inputs: list) -> list[dict[str, np.ndarray]]:
+    """The calibration set back as feeds, from input_list.txt."""
+    feeds = []
+    for line in Path(folder, "input_list.txt").read_text().splitlines():
+        files = line.split()
+        feeds.append({name: np.fromfile(Path(folder, f), dtype=dtype).reshape(shape)
+                      for f, (name, shape, dtype) in zip(files, inputs)})
+    return feeds
