@@ -38,14 +38,14 @@ def test_ctranslate2_to_openai_whisper_is_lossless_and_transcribes(whisper, tmp_
     ct2_emb = next(v for k, v in raw.items() if k.endswith("embeddings/weight") and v.shape == emb.shape)
     assert np.array_equal(emb, ct2_emb.astype(np.float32))      # fp16 -> fp32 is exact
     assert ckpt["dims"]["n_text_layer"] == 4 and ckpt["dims"]["n_vocab"] == 51864
-    clips = [c for c in whisper.read_clips(str(DATA)) if c[0] in ("goforward", "forever")]
+    clips = [c for c in whisper.samples(str(DATA)) if c[0] in ("goforward", "forever")]
     result = whisper.evaluate(whisper.torch_runner(str(out)), clips)
     assert result["wer"] == 0.0, result
     assert result["clips"]["goforward"]["text"].lower().startswith("go forward")
 
 
 def test_the_clips_ship_with_transcripts_and_provenance(whisper):
-    clips = whisper.read_clips(str(DATA))
+    clips = whisper.samples(str(DATA))
     assert len(clips) == 12 and not [c for c in clips if "tidigits" in c[1]]
     assert all(c[2] for c in clips)
     assert "TIDIGITS" in (DATA / "PROVENANCE.md").read_text()
@@ -62,11 +62,11 @@ def test_full_whisper_build_for_the_five_chips(tmp_path):
     assert rc == 0, text
     assert len([t for t in executed if t.startswith("compile:")]) == 10
     parity = json.loads((project.root / "build/whisper-tiny.en/parity.json").read_text())
-    assert parity["text"]["identical"] == 12
-    assert abs(parity["text"]["wer_onnx"] - parity["text"]["wer_torch"]) <= 0.01
+    assert parity["task"]["identical"] == 12
+    assert abs(parity["task"]["wer"] - parity["task"]["wer_ref"]) <= 0.01
     for chip in ("SM8550", "SM8650", "SM8750", "SM8850", "QCS9100"):
         m = json.loads((project.root / f"build/whisper-tiny.en/ort-qnn/{chip}/manifest.json").read_text())
         assert m["binaries"]["encoder"]["config"]["soc_type"] == chip
-        assert m["verify"]["default"]["text"]["identical"] == 1
+        assert m["verify"]["default"]["task"]["identical"] == 1
     rc, executed, _ = project.run()
     assert rc == 0 and executed == []

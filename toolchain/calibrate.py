@@ -45,7 +45,8 @@ def write(module_file: str, onnx_files: dict, data_dir, graph: str, inputs: list
     module = load_module(module_file)
     cpu = {g: ort_qnn.cpu(p) for g, p in onnx_files.items()}
     samples = compare.samples(module, data_dir) or [None]
-    feeds_of = getattr(module, "calibration_feeds", module.graph_feeds)
+    feeds_of = getattr(module, "calibration_feeds", None) or (
+        lambda run, sample: compare.feeds(module, run, sample, {graph: {"inputs": inputs}}, count))
     feeds, used = [], []
     for sample in samples:
         got = feeds_of(lambda g, f: cpu[g](f), sample)[graph]

@@ -15,6 +15,8 @@ DOC = "verify the pinned checkpoint's sha256 and convert it for the export code"
 def tasks(project):
     for model in project.models:
         ck = model.checkpoint
+        if ck is None:   # every graph's ONNX comes from a declared command or file
+            continue
         out, log = paths.checkpoint(model), paths.checkpoint(model) + ".log"
         settings = {"origin": ck.origin, "sha256": ck.sha256, "format": ck.format}
         kwargs = {"spec_file": model.spec_file, "module_file": model.module_file, "source": ck.path,

@@ -41,3 +41,17 @@ def samples(module, data_dir: str | None, wanted=()) -> list:
         from toolchain.worker import StageFailed
         raise StageFailed(f"{data_dir}: no sample(s) {missing}; known: {sorted(by_id)}")
     return [by_id[w] for w in wanted]
+
+
+def feeds(module, run, sample, io: dict, count: int = 3) -> dict:
+    """Inputs per graph for tensor comparisons: the model code's graph_feeds(), or, for a module
+    without one, `count` seeded random feeds of the declared shapes (int32 inputs in [0, 10))."""
+    if hasattr(module, "graph_feeds"):
+        return module.graph_feeds(run, sample)
+    rng = np.random.default_rng(0)
+
+    def one(name, shape, dtype):
+        if dtype == "int32":
+            return rng.integers(0, 10, size=shape, dtype=np.int32)
+        return rng.standard_normal(shape).astype(dtype)
+    return {g: [{n: one(n, s, d) for n, s, d in spec["inputs"]} for _ in range(count)] for g, spec in io.items()}

@@ -29,6 +29,9 @@ def tasks(project):
         for graph in model.graphs:
             out, record = paths.exported(model, graph), paths.export_record(model, graph)
             log = out[:-len(".onnx")] + ".log"
+            if graph.source:
+                yield _external_task(model, graph, out, record, log)
+                continue
             settings = {"export": settings_export, "io": io_record(graph), "tool": tool_version()}
             kwargs = {"module_file": model.module_file, "checkpoint": paths.checkpoint(model),
                       "graph": graph.name, "settings": settings_export, "out": out, "record": record}
@@ -41,6 +44,25 @@ def tasks(project):
                    "uptodate": [config_changed(settings)]}
 
 
+def _external_task(model, graph, out: str, record: str, log: str) -> dict:
+    """The ONNX from a declared command (its argv and the files it reads are the dependencies) or a given file."""
+    kind, *rest = graph.source
+    if kind == "onnx":
+        path, sha = rest
+        kwargs, deps, what = {"src": path, "sha": sha, "out": out, "record": record}, [path], f"given ONNX {path}"
+        action = "toolchain.export:given"
+        settings = {"onnx": sha, "io": io_record(graph)}
+    else:
+        argv, reads, cwd = rest
+        kwargs, deps, what = {"argv": list(argv), "cwd": cwd, "out": out, "record": record}, list(reads), "command"
+        action = "toolchain.export:external"
+        settings = {"command": list(argv), "io": io_record(graph)}
+    return {"name": f"{model.name}/{graph.name}",
+            "doc": f"{model.name}/{graph.name}: ONNX from the declared {what}",
+            "file_dep": deps, "targets": [out, record, log], "clean": True,
+            "actions": [(run, (action, kwargs, log))], "uptodate": [config_changed(settings)]}
+
+
 def export(module_file: str, checkpoint: str, graph: str, settings: dict, out: str, record: str):
     module = load_module(module_file)
     started = time.monotonic()
@@ -48,6 +70,39 @@ def export(module_file: str, checkpoint: str, graph: str, settings: dict, out: s
         module.export(checkpoint, graph, str(tmp), settings)
     write_json(record, {"seconds": round(time.monotonic() - started, 2), "settings": settings,
                         "tool": tool_version(), "commit": repo_commit()})
+
+
+def external(argv: list, cwd: str, out: str, record: str):
+    """Run an external exporter; {out} is where it must write the ONNX, {python} this interpreter."""
+    import os
+    import sys
+
+    from toolchain.worker import StageFailed
+    started = time.monotonic()
+    with atomic_path(out) as tmp:
+        resolved = [a.replace("{out}", str(tmp.resolve())).replace("{python}", sys.executable) for a in argv]
+        print("$", " ".join(resolved), flush=True)
+        rc = subprocess.call(resolved, cwd=cwd)
+        if rc != 0:
+            raise StageFailed(f"export command exited with {rc}: {' '.join(argv)} (cwd {cwd})")
+        if not os.path.getsize(tmp):
+            raise StageFailed(f"export command wrote nothing to {{out}}: {' '.join(argv)}")
+    write_json(record, {"seconds": round(time.monotonic() - started, 2), "settings": {"command": argv},
+                        "tool": {}, "commit": repo_commit()})
+
+
+def given(src: str, sha: str, out: str, record: str):
+    """Take an existing ONNX file, refusing other bytes than the pinned ones."""
+    import shutil
+
+    from toolchain.files import sha256
+    from toolchain.worker import StageFailed
+    actual = sha256(src)
+    if actual != sha:
+        raise StageFailed(f"{src}: sha256 {actual}, the spec pins {sha}")
+    with atomic_path(out) as tmp:
+        shutil.copyfile(src, tmp)
+    write_json(record, {"seconds": 0, "settings": {"onnx": src, "sha256": sha}, "tool": {}, "commit": repo_commit()})
 
 
 def repo_commit() -> str:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from doit.tools import config_changed
 
-from toolchain import ort_qnn, paths, qairt
+from toolchain import ort_qnn, parity, paths, qairt
 from toolchain.files import read_json, write_json
 
 # What the binary's own config string says about the request (the full string is in *.compile.json).
@@ -15,7 +15,8 @@ def tasks(project):
         sources = _sources(project, model, chip)
         meta = {"model": model.name, "description": model.description, "license": dict(model.license),
                 "checkpoint": {"origin": model.checkpoint.origin, "sha256": model.checkpoint.sha256,
-                               "format": model.checkpoint.format},
+                               "format": model.checkpoint.format} if model.checkpoint else
+                {"origin": "the graphs' declared sources", "sources": {g.name: list(g.source) for g in model.graphs}},
                 "chip": {**chip.record(), "marketing": chip.marketing}, "toolchain": model.toolchain,
                 "precision": {g.name: g.precision for g in model.graphs},
                 "runtime_libraries": qairt.runtime_libraries(project.qairt_sdk, chip.record())
@@ -30,7 +31,7 @@ def tasks(project):
 
 
 def _sources(project, model, chip) -> dict:
-    sources = {"parity": paths.parity(model),
+    sources = {"parity": paths.parity(model) if parity.available(model) else {},
                "exports": {g.name: paths.export_record(model, g) for g in model.graphs},
                "inspect": {g.name: paths.inspected(model, g) for g in model.graphs},
                "compile": {g.name: paths.compile_record(model, g, chip) for g in model.graphs},
@@ -58,7 +59,8 @@ def write(meta: dict, sources: dict, out: str):
                                "config": {k: c["config"].get(k) for k in CONFIG_KEYS}}
                            for g, c in compiled.items()},
               "graphs": {g: read_json(p) for g, p in sources["inspect"].items()},
-              "parity": read_json(sources["parity"]),
+              "parity": read_json(sources["parity"]) if sources["parity"] else
+              {"skipped": "no PyTorch original ([parity] reference = \"none\")", "tensors": {}},
               "verify": {tier: read_json(p) for tier, p in sources["verify"].items()}}
     if "model_libs" in sources:
         record["model_libs"] = {g: read_json(p) for g, p in sources["model_libs"].items()}

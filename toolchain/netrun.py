@@ -28,7 +28,8 @@ def verify_task(project, model, chip, checks: dict) -> dict:
                           "env": qairt.env(sdk), "work": work, "io": io_record(g), "record": graphs[g.name]["record"]}
     out, log = paths.verified(model, chip, tier), paths.verify_log(model, chip, tier)
     kwargs = {"module_file": model.module_file, "graphs": graphs, "data_dir": model.data_dir, "options": {},
-              "checks": checks, "out": out, "runner": runner}
+              "checks": checks, "out": out, "runner": runner,
+              "io": {g.name: io_record(g) for g in model.graphs}}
     what = "all clips, WER" if tier == "full" else f"clips {', '.join(clips) or '(generated inputs)'}"
     return {"name": f"{model.name}@{chip.name}",
             "doc": f"{model.name} on {chip.name}: qnn-net-run (x86_64 HTP) vs CPU ONNX, {tier} tier ({what}) "

@@ -6,6 +6,7 @@ from importlib import metadata
 from doit.tools import config_changed
 
 from toolchain import compare, ort_qnn, paths
+from toolchain.export import io_record
 from toolchain.files import write_json
 from toolchain.worker import StageFailed, load_module, run
 
@@ -13,22 +14,31 @@ from toolchain.worker import StageFailed, load_module, run
 def tasks(project):
     tool = {"torch": metadata.version("torch"), "onnxruntime": metadata.version("onnxruntime")}
     for model in project.models:
+        if not available(model):
+            continue
         settings = {**dict(model.parity), "metric": dict(model.metric)}
         onnx_files = {g.name: paths.simplified(model, g) for g in model.graphs}
         out = paths.parity(model)
-        kwargs = {"module_file": model.module_file, "checkpoint": paths.checkpoint(model),
-                  "onnx_files": onnx_files, "data_dir": model.data_dir, "settings": settings, "out": out}
+        checkpoint = [paths.checkpoint(model)] if model.checkpoint else []
+        kwargs = {"module_file": model.module_file, "checkpoint": (checkpoint or [None])[0],
+                  "onnx_files": onnx_files, "data_dir": model.data_dir, "settings": settings, "out": out,
+                  "io": {g.name: io_record(g) for g in model.graphs}}
         yield {"name": model.name,
                "doc": f"{model.name}: ONNX on CPU vs PyTorch on real inputs (max_abs {settings['max_abs']}"
-                      f"{', same transcripts, WER' if model.data_dir else ''})",
-               "file_dep": [paths.checkpoint(model), model.module_file, *onnx_files.values(),
+                      f"{', task metric' if model.data_dir else ''})",
+               "file_dep": [*checkpoint, model.module_file, *onnx_files.values(),
                             *compare.data_files(model.data_dir)],
                "targets": [out, out[:-5] + ".log"], "clean": True,
                "actions": [(run, ("toolchain.parity:check", kwargs, out[:-5] + ".log"))],
                "uptodate": [config_changed({"settings": settings, "tool": tool})]}
 
 
-def check(module_file: str, checkpoint: str, onnx_files: dict, data_dir, settings: dict, out: str):
+def available(model) -> bool:
+    """A PyTorch original exists to compare with (not for an ONNX given as a file)."""
+    return dict(model.parity)["reference"] == "torch"
+
+
+def check(module_file: str, checkpoint: str | None, onnx_files: dict, data_dir, settings: dict, out: str, io: dict):
     module = load_module(module_file)
     torch_run = module.torch_runner(checkpoint)
     cpu = {g: ort_qnn.cpu(p) for g, p in onnx_files.items()}
@@ -37,7 +47,7 @@ def check(module_file: str, checkpoint: str, onnx_files: dict, data_dir, setting
         return cpu[graph](feeds)
 
     samples = compare.samples(module, data_dir)
-    feeds = module.graph_feeds(torch_run, samples[0] if samples else None)
+    feeds = compare.feeds(module, torch_run, samples[0] if samples else None, io)
     errors = compare.tensor_errors(torch_run, onnx_run, feeds)
     record = {"tensors": errors, "settings": settings}
     failures = [f"{g}: max abs error {e['max_abs']:.3g} > {settings['max_abs']}"

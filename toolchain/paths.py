@@ -122,3 +122,43 @@ def quantized(model, graph) -> str:
 def compile_source(model, graph) -> str:
     """The ONNX a compiler takes: the QDQ graph for w8a16, the simplified float graph otherwise."""
     return quantized(model, graph) if graph.precision == "w8a16" else simplified(model, graph)
+
+
+# Phone-side products: bundles, runtime-library lists, the chip index, device records.
+INDEX = f"{BUILD}/chip-index.json"
+
+
+def bundle_dir(model, chip) -> str:
+    return f"{chip_dir(model, chip)}/bundle"
+
+
+def ort_bundle(model, chip) -> str:
+    """EPContext models + their binaries, for onnxruntime's QNN EP on the phone."""
+    return f"{bundle_dir(model, chip)}/onnxruntime-qnn-{chip.name}-{model.name}.tar.bz2"
+
+
+def sherpa_bundle(model, chip) -> str:
+    """sherpa-onnx's release name for a per-SoC binary bundle (sherpa-qnn.md §4.5)."""
+    return f"{bundle_dir(model, chip)}/sherpa-onnx-qnn-{chip.name}-binary-{model.name}.tar.bz2"
+
+
+def bundle_record(model, chip) -> str:
+    return f"{chip_dir(model, chip)}/bundle.json"
+
+
+def runtime_record(toolchain: str, chip) -> str:
+    """The QNN runtime libraries an app ships for one chip, per toolchain (SDK version family)."""
+    return f"{BUILD}/runtime/{toolchain}/{chip.name}.json"
+
+
+def device_record(model, chip, serial: str) -> str:
+    """One phone's measurements: next to the chip's manifest, or under the model when no build matched."""
+    return f"{chip_dir(model, chip) if chip else model_dir(model)}/device-{serial}.json"
+
+
+def device_log(model, serial: str) -> str:
+    return f"{BUILD}/{model.name}/device-{serial}.log"
+
+
+def step0_record(serial: str, process: str) -> str:
+    return f"{BUILD}/step0/{serial}-{process}.json"

@@ -40,7 +40,11 @@ def load(models_dir: str | Path = "models", full: str = "") -> Project:
     """Load every models/*.toml; `full` is a comma list of chips ('all' for every chip) for the full tier."""
     chips = chip_table.load()
     files = sorted(Path(models_dir).glob("*.toml"))
-    models = tuple(spec.load(f, chips) for f in files)
+    models = tuple(m for f in files for m in spec.load_file(f, chips))
+    names = [m.name for m in models]
+    for name in names:
+        if names.count(name) > 1:
+            raise SpecError(f"{models_dir}: two specs make a model named {name!r} (a variant label repeats a file name)")
     wanted = tuple(c for c in full.split(",") if c)
     if wanted == ("all",):
         wanted = tuple(chips)

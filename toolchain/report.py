@@ -21,7 +21,7 @@ def row(m: dict) -> list[str]:
     return [m["model"], m["chip"]["name"], m["htp_arch"], "/".join(sorted(set(m["precision"].values()))),
             f"{sum(b['bytes'] for b in m['binaries'].values()) / 1e6:.1f}",
             " + ".join(f"{b['compile_seconds']:.1f}" for b in m["binaries"].values()),
-            f"{max(t['max_abs'] for t in parity['tensors'].values()):.2g}",
+            f"{max(t['max_abs'] for t in parity['tensors'].values()):.2g}" if parity["tensors"] else "skipped",
             parity.get("task", {}).get("summary", "-"),
             f"{max(t['max_rel'] for t in verify['tensors'].values()):.2g}",
             verify.get("task", {}).get("summary", "-"), full,

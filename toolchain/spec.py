@@ -80,6 +80,9 @@ class Graph:
     calibration: int       # w8a16: how many real samples calibrate the quantization (0 for fp16)
     inputs: tuple[Tensor, ...]
     outputs: tuple[Tensor, ...]
+    # Where the ONNX comes from when not from the model code's export(): ("command", argv, reads, cwd)
+    # for an external exporter (icefall, NeMo wrappers), or ("onnx", path, sha256) for a given file.
+    source: tuple | None = None
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,16 @@ class Model:
 
 
 def load(path: str | Path, chips: dict) -> Model:
-    """Read and validate one model spec against the chip table."""
+    """Read and validate a model spec that declares no variants."""
+    models = load_file(path, chips)
+    if len(models) != 1:
+        raise SpecError(f"{path}: declares variants; load it with load_file()")
+    return models[0]
+
+
+def load_file(path: str | Path, chips: dict) -> tuple[Model, ...]:
+    """Read and validate one spec file; `[variants.<label>]` fans it out into one model per label
+    (named <file stem>-<label>), each the base spec with that table's keys merged over it."""
     path = Path(path)
     file = str(path)
     try:
@@ -122,11 +134,32 @@ def load(path: str | Path, chips: dict) -> Model:
         raise SpecError(f"{file}: TOML syntax error: {err}") from None
     except OSError as err:
         raise SpecError(f"{file}: cannot read: {err.strerror}") from None
+    if not NAME.match(path.stem):
+        raise SpecError(f"{file}: the file name '{path.stem}' must match {NAME.pattern} (it names tasks and folders)")
+    variants = data.pop("variants", None)
+    if variants is None:
+        return (_model(data, file, path.stem, path.parent, chips),)
+    if not isinstance(variants, dict) or not variants:
+        raise SpecError(f"{file}: variants: expected tables [variants.<label>], got {variants!r}")
+    models = []
+    for label, overrides in variants.items():
+        if not NAME.match(label) or not isinstance(overrides, dict):
+            raise SpecError(f"{file}: variants.{label}: expected a table whose label matches {NAME.pattern}")
+        models.append(_model(_merge(data, overrides), f"{file} [variants.{label}]", f"{path.stem}-{label}",
+                             path.parent, chips))
+    return tuple(models)
+
+
+def _merge(base: dict, overrides: dict) -> dict:
+    """Deep merge: tables merge key by key, any other value replaces the base one."""
+    merged = dict(base)
+    for key, value in overrides.items():
+        merged[key] = _merge(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+    return merged
+
+
+def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
     top = Table(data, file)
-    name = path.stem
-    if not NAME.match(name):
-        raise SpecError(f"{file}: the file name '{name}' must match {NAME.pattern} (it names tasks and folders)")
-    here = path.parent
 
     module = top.req("module", str)
     module_file = here / f"{module}.py"
@@ -148,7 +181,7 @@ def load(path: str | Path, chips: dict) -> Model:
     if len(set(chip_names)) != len(chip_names):
         top.fail("chips", "a chip is listed twice")
 
-    checkpoint = _checkpoint(top.sub("checkpoint"), here)
+    checkpoint = _checkpoint(top.sub("checkpoint"), here) if "checkpoint" in data else None
     data_dir = top.opt("data", str, None)
     if data_dir is not None:
         if not (here / data_dir).is_dir():
@@ -157,7 +190,8 @@ def load(path: str | Path, chips: dict) -> Model:
 
     export = top.sub("export", required=False)
     export_settings = {"exporter": export.opt("exporter", str, "dynamo", ("dynamo", "legacy")),
-                       "opset": export.opt("opset", int, 18)}
+                       "opset": export.opt("opset", int, 18),
+                       "args": export.opt("args", dict, {})}   # the model code's own export options
     export.done()
     comp = top.sub("compile", required=False)
     compile_settings = {"optimization": comp.opt("optimization", int, 3, (1, 2, 3)),
@@ -166,7 +200,9 @@ def load(path: str | Path, chips: dict) -> Model:
                         "max_fp16_params": comp.opt("max_fp16_params", int, 1_000_000_000)}
     comp.done()
     parity = top.sub("parity", required=False)
-    parity_settings = {"max_abs": float(parity.opt("max_abs", (int, float), 1e-3))}
+    parity_settings = {"max_abs": float(parity.opt("max_abs", (int, float), 1e-3)),
+                       # "none": no PyTorch original to compare with (an ONNX given as a file)
+                       "reference": parity.opt("reference", str, "torch", ("torch", "none"))}
     parity.done()
     verify = top.sub("verify", required=False)
     verify_settings = {"clips": tuple(verify.opt("clips", list, [])),
@@ -184,10 +220,14 @@ def load(path: str | Path, chips: dict) -> Model:
     metric.used.update(metric.data)
 
     graphs_table = top.sub("graphs")
-    graphs = tuple(_graph(graphs_table.sub(g), g) for g in graphs_table.data)
+    graphs = tuple(_graph(graphs_table.sub(g), g, here) for g in graphs_table.data)
     graphs_table.used.update(graphs_table.data)
     if not graphs:
         top.fail("graphs", "declare at least one graph")
+    if checkpoint is None and not all(g.source for g in graphs):
+        top.req("checkpoint", dict)   # fails: the model code exports from a checkpoint
+    if checkpoint is None and parity_settings["reference"] == "torch" and not all(g.source[0] == "command" for g in graphs):
+        top.fail("parity", 'an ONNX given as a file has no PyTorch original: set [parity] reference = "none"')
     for graph in graphs:
         for chip in chip_names:
             if graph.precision == "fp16" and not chips[chip].fp16:
@@ -248,7 +288,7 @@ def _package_file(t: Table, requirement: str, inner: str) -> Path:
     return Path(dist.locate_file(inner))
 
 
-def _graph(t: Table, name: str) -> Graph:
+def _graph(t: Table, name: str, here: Path) -> Graph:
     if not NAME.match(name):
         t.fail("", f"graph name must match {NAME.pattern}")
     precision = t.opt("precision", str, "fp16", PRECISIONS)
@@ -257,10 +297,34 @@ def _graph(t: Table, name: str) -> Graph:
         t.fail("calibration", "a w8a16 graph needs calibration = <number of real samples> (e.g. 8)")
     if precision != "w8a16" and "calibration" in t.data:
         t.fail("calibration", f"only w8a16 graphs are calibrated; this graph is {precision}")
+    source = _source(t.sub("source"), here) if "source" in t.data else None
     inputs = _tensors(t.sub("inputs"))
     outputs = _tensors(t.sub("outputs"))
     t.done()
-    return Graph(name=name, precision=precision, calibration=calibration, inputs=inputs, outputs=outputs)
+    return Graph(name=name, precision=precision, calibration=calibration, inputs=inputs, outputs=outputs,
+                 source=source)
+
+
+def _source(t: Table, here: Path) -> tuple:
+    """An external exporter's command line (with {out} and {python}) and the files it reads, or a given ONNX."""
+    if "onnx" in t.data:
+        path = here / t.req("onnx", str)
+        sha = t.req("sha256", str)
+        if not SHA256.match(sha):
+            t.fail("sha256", f"expected 64 lower-case hex digits, got {sha!r}")
+        t.done()
+        if not path.is_file():
+            t.fail("onnx", f"no file {path}")
+        return ("onnx", str(path), sha)
+    argv = t.req("command", list)
+    if not argv or not all(isinstance(a, str) for a in argv) or not any("{out}" in a for a in argv):
+        t.fail("command", "expected a list of strings, one of them containing {out} (where the ONNX goes)")
+    reads = t.opt("reads", list, [])
+    for rel in reads:
+        if not isinstance(rel, str) or not (here / rel).is_file():
+            t.fail("reads", f"no file {here / str(rel)} (files the command reads, relative to the spec)")
+    t.done()
+    return ("command", tuple(argv), tuple(str(here / r) for r in reads), str(here))
 
 
 def _tensors(t: Table) -> tuple[Tensor, ...]:

@@ -10,6 +10,7 @@ import time
 from doit.tools import config_changed
 
 from toolchain import compare, netrun, ort_qnn, paths, qairt
+from toolchain.export import io_record
 from toolchain.files import read_json, sha256, write_json
 from toolchain.worker import StageFailed, load_module, run
 
@@ -32,7 +33,8 @@ def tasks(project, tier: str):
             yield netrun.verify_task(project, model, chip, checks)
             continue
         kwargs = {"module_file": model.module_file, "graphs": graphs, "data_dir": model.data_dir,
-                  "options": options, "checks": checks, "out": out}
+                  "options": options, "checks": checks, "out": out,
+                  "io": {g.name: io_record(g) for g in model.graphs}}
         what = "all clips, WER" if tier == "full" else f"clips {', '.join(clips) or '(generated inputs)'}"
         yield {"name": f"{model.name}@{chip.name}",
                "doc": f"{model.name} on {chip.name}: HTP simulator vs CPU ONNX, {tier} tier ({what})",
@@ -43,7 +45,8 @@ def tasks(project, tier: str):
                "uptodate": [config_changed({"checks": checks, "options": options, "tool": tool})]}
 
 
-def check(module_file: str, graphs: dict, data_dir, options: dict, checks: dict, out: str, runner: dict | None = None):
+def check(module_file: str, graphs: dict, data_dir, options: dict, checks: dict, out: str,
+          runner: dict | None = None, io: dict | None = None):
     started = time.monotonic()
     for g in graphs.values():   # doit checks only that targets exist; flipped weights still load
         recorded = read_json(g["record"])["sha256"]
@@ -62,7 +65,7 @@ def check(module_file: str, graphs: dict, data_dir, options: dict, checks: dict,
         return sim[graph](feeds)
 
     samples = compare.samples(module, data_dir, checks["clips"])
-    feeds = module.graph_feeds(cpu_run, samples[0] if samples else None)
+    feeds = compare.feeds(module, cpu_run, samples[0] if samples else None, io)
     errors = compare.tensor_errors(cpu_run, sim_run, feeds)
     record = {"tier": checks["tier"], "tensors": errors, "checks": checks}
     failures = [f"{g}: max error {e['max_rel']:.3g} of the output range > {checks['max_rel']}"
