@@ -1,6 +1,7 @@
 """qnn-npu-compile: models/*.toml -> ONNX -> QNN HTP context binaries per chip, verified.
 
-Run `doit list` for every task; `doit full=SM8750` adds the full verification tier for a chip."""
+Run `doit list` for every task; `doit full=SM8750` adds the full verification tier for a chip;
+`doit extra=1` adds the opt-in models of models/extra/."""
 import os
 
 import doit
@@ -36,7 +37,8 @@ DOIT_CONFIG = {
 }
 
 os.makedirs(paths.BUILD, exist_ok=True)   # doit opens the state DB before any task runs
-PROJECT = toolchain.project.load("models", full=doit.get_var("full", "") or "")
+PROJECT = toolchain.project.load("models", full=doit.get_var("full", "") or "",
+                                 extra=(doit.get_var("extra", "") or "") not in ("", "0"))
 
 
 def task_checkpoint():

