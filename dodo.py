@@ -6,11 +6,13 @@ import os
 
 import doit
 
+import toolchain.bundle
 import toolchain.calibrate
 import toolchain.checkpoint
 import toolchain.compile
 import toolchain.context
 import toolchain.convert
+import toolchain.device
 import toolchain.export
 import toolchain.groups
 import toolchain.htpconfig
@@ -23,7 +25,10 @@ import toolchain.project
 import toolchain.quantize
 import toolchain.readback
 import toolchain.report
+import toolchain.runtime_libs
+import toolchain.selector
 import toolchain.simplify
+import toolchain.step0
 import toolchain.verify
 from toolchain import paths
 
@@ -32,6 +37,7 @@ DOIT_CONFIG = {
     "backend": "sqlite3sync",          # commits per task: a killed build keeps what finished
     "check_file_uptodate": "md5",      # content, not mtime, decides
     "action_string_formatting": "new",
+    "par_type": "thread",              # `doit -n N`: actions only wait on child processes (docs/scale.md)
     "default_tasks": ["checkpoint", "export", "simplify", "inspect", "parity", "calibrate", "quantize", "convert", "modellib",
                       "pagesize", "htpconfig", "context", "readback", "compile", "verify", "manifest", "report"],
 }
@@ -139,3 +145,28 @@ def task_chip():
 def task_model():
     """All tasks of one model."""
     yield from toolchain.groups.model_tasks(PROJECT)
+
+
+def task_runtime():
+    """QNN runtime libraries an app ships (names, versions, license terms), per toolchain and chip."""
+    yield from toolchain.runtime_libs.tasks(PROJECT)
+
+
+def task_bundle():
+    """Phone bundles (.tar.bz2: onnxruntime EPContext; sherpa-onnx where its contract holds), per model and chip."""
+    yield from toolchain.bundle.tasks(PROJECT)
+
+
+def task_chip_index():
+    """build/chip-index.json: chip -> soc id -> arch -> bundle -> sha256, for the app's NPU-or-CPU choice."""
+    return toolchain.selector.tasks(PROJECT)
+
+
+def task_device():
+    """Attached phone (opt-in): choose by ro.soc.model, push, run, compare, measure; per model."""
+    yield from toolchain.device.tasks(PROJECT, toolchain.device.variables(doit.get_var))
+
+
+def task_step0():
+    """Attached phone (opt-in): is the NPU likely worth it for a process running today's CPU path?"""
+    return toolchain.step0.task(toolchain.step0.variables(doit.get_var))

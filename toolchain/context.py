@@ -25,5 +25,5 @@ def tasks(project):
                       f"qnn-context-binary-generator [qairt {sdk.build_id}]",
                "file_dep": [lib, extensions, paths.htp_config(model, graph, chip, HTP_CONFIG)],
                "targets": [binary, record, log], "clean": True,
-               "actions": [(external.run, (argv, env, log, [binary], record))],
+               "actions": [(external.action, (argv, env, log, [binary], record))],
                "uptodate": [config_changed({"argv": argv, "env": env, "sdk": sdk.record(), "chip": chip.record()})]}

@@ -20,6 +20,6 @@ def tasks(project):
                           f"+ .bin, QNN graph '{qairt.graph_name(cpp)}' [qairt {sdk.build_id}]",
                    "file_dep": [src, paths.inspected(model, graph)] + ([calibration] if calibration else []),
                    "targets": [cpp, weights, record, log], "clean": True,
-                   "actions": [(external.run, (argv, env, log, [cpp, weights], record))],
+                   "actions": [(external.action, (argv, env, log, [cpp, weights], record))],
                    "uptodate": [config_changed({"argv": argv, "env": env, "sdk": sdk.record(),
                                                 "python": sdk.python_version})]}

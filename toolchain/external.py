@@ -9,6 +9,7 @@ from pathlib import Path
 
 from doit.exceptions import TaskFailed
 
+from toolchain import cache, limits
 from toolchain.files import sha256, write_json
 
 PATH_LISTS = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH")   # prepended to the caller's value, as envsetup.sh does
@@ -51,6 +52,12 @@ def run(argv: list[str], env: dict, log: str, outputs: list[str], record: str | 
         write_json(record, {"argv": argv, "env": env, "seconds": round(seconds, 3),
                             "outputs": {p: sha256(p) for p in outputs}})
     return None
+
+
+def action(argv: list[str], env: dict, log: str, outputs: list[str], record: str | None, task):
+    """run() as a doit action: doit fills in `task`; cached and limited per stage as worker.run is."""
+    return cache.run(task, {"argv": argv, "env": env}, __name__, log,
+                     lambda: limits.call(task, run, argv, env, log, outputs, record))
 
 
 def tool_name(argv: list[str]) -> str:

@@ -22,6 +22,6 @@ def tasks(project):
                           f"({', '.join(targets)}){only} [qairt {sdk.build_id}]",
                    "file_dep": [cpp, weights],
                    "targets": libs + [record, log], "clean": True,
-                   "actions": [(external.run, (argv, env, log, libs, record))],
+                   "actions": [(external.action, (argv, env, log, libs, record))],
                    "uptodate": [config_changed({"argv": argv, "env": env, "sdk": sdk.record(), "targets": targets,
                                                 "ndk_build": sdk.ndk_build if qairt.ANDROID in targets else None})]}

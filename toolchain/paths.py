@@ -3,6 +3,7 @@ from __future__ import annotations
 
 BUILD = "build"
 REPORT = f"{BUILD}/report.md"
+REPORT_HTML = f"{BUILD}/report.html"
 STATE_DB = f"{BUILD}/.doit.db"
 
 
@@ -156,9 +157,17 @@ def device_record(model, chip, serial: str) -> str:
     return f"{chip_dir(model, chip) if chip else model_dir(model)}/device-{serial}.json"
 
 
-def device_log(model, serial: str) -> str:
-    return f"{BUILD}/{model.name}/device-{serial}.log"
+def device_log(model) -> str:
+    return f"{BUILD}/{model.name}/device.log"
+
+
+def step0_log() -> str:
+    return f"{BUILD}/step0/step0.log"
 
 
 def step0_record(serial: str, process: str) -> str:
     return f"{BUILD}/step0/{serial}-{process}.json"
+
+
+def bundle_log(model, chip) -> str:
+    return f"{chip_dir(model, chip)}/bundle.log"

@@ -1,7 +1,8 @@
-"""Summary table of every (model, chip) manifest: printed and written to build/report.md."""
+"""Summary table of every (model, chip) manifest: printed and written to build/report.md (and, with a
+chart, to build/report.html by report_html.py)."""
 from __future__ import annotations
 
-from toolchain import paths
+from toolchain import paths, report_html
 from toolchain.files import atomic_path, read_json
 
 COLUMNS = ("model", "chip", "arch", "precision", "binaries MB", "compile s", "parity max abs",
@@ -10,9 +11,9 @@ COLUMNS = ("model", "chip", "arch", "precision", "binaries MB", "compile s", "pa
 
 def tasks(project):
     manifests = [paths.manifest(m, c) for m, c in project.model_chips()]
-    return {"doc": "summary table of all manifests -> build/report.md (and stdout)",
-            "file_dep": manifests, "targets": [paths.REPORT], "clean": True, "verbosity": 2,
-            "actions": [(write, (manifests, paths.REPORT))]}
+    return {"doc": "summary table of all manifests -> build/report.md (and stdout), build/report.html",
+            "file_dep": manifests, "targets": [paths.REPORT, paths.REPORT_HTML], "clean": True, "verbosity": 2,
+            "actions": [(write, (manifests, paths.REPORT)), (report_html.write, (manifests, paths.REPORT_HTML))]}
 
 
 def row(m: dict) -> list[str]:

@@ -11,6 +11,7 @@ import time
 
 from doit.exceptions import TaskError, TaskFailed
 
+from toolchain import cache, limits
 from toolchain.files import atomic_path
 
 FAILED = "STAGE-FAILED: "
@@ -21,8 +22,16 @@ class StageFailed(Exception):
     """An expected failure (bad model, CPU partition, accuracy miss): one clear message, no traceback."""
 
 
-def run(function: str, kwargs: dict, log: str):
-    """Call `module:function(**kwargs)` in a child process, output to `log`; a doit action result."""
+def run(function: str, kwargs: dict, log: str, task):
+    """Call `module:function(**kwargs)` in a child process, output to `log`; a doit action result.
+    doit fills in `task` (a parameter it knows by name): its file_dep, config_changed settings and
+    targets key the artifact cache (cache.py), its stage picks the concurrency limit (limits.py)."""
+    action = {"function": function, "kwargs": kwargs}
+    return cache.run(task, action, function.partition(":")[0], log,
+                     lambda: limits.call(task, _call, function, kwargs, log))
+
+
+def _call(function: str, kwargs: dict, log: str):
     started = time.monotonic()
     with atomic_path(log) as tmp:
         with open(tmp, "w") as out:

@@ -1,0 +1,166 @@
+"""The streaming transducer family (encoder / decoder / joiner, like Zipformer2 as sherpa-onnx builds it for
+QNN) through the external-export path. No real transducer weights install offline, so the model is the
+seeded fixture in tests/fixtures/streaming/; it is copied into a temp project and built by the real
+pipeline: export by command -> simplify -> inspect -> parity -> compile for two chips -> verify (several
+chunks, states fed back, CPU ONNX vs HTP simulator, every output compared) -> manifest."""
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURES, Project
+from toolchain import chips, spec
+from toolchain.worker import load_module
+
+FIXTURE = FIXTURES / "streaming"
+CHIPS = ("SM8550", "SM8750")
+GRAPHS = ("encoder", "decoder", "joiner")
+MODEL = "streaming"
+
+
+@pytest.fixture(scope="module")
+def streaming():
+    """The fixture's model module, imported by path as the build does."""
+    return load_module(str(FIXTURE / "streaming.py"))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The fixture copied into a temp project's models/ and built once (tests below run in order)."""
+    p = Project(tmp_path_factory.mktemp("streaming") / "proj")
+    shutil.copytree(FIXTURE, p.root / "models", dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+    rc, executed, text = p.run()
+    assert rc == 0, text
+    p.first_executed = executed
+    return p
+
+
+def manifest(project, chip: str) -> dict:
+    return json.loads((project.root / f"build/{MODEL}/ort-qnn/{chip}/manifest.json").read_text())
+
+
+def test_the_spec_follows_sherpa_onnx_online_transducer_contract():
+    """sherpa-qnn.md §4.4: encoder x (1, 80, T), every other input a state s with an output new_s;
+    decoder one int32 input (1, context_size) -> decoder_out (1, D); joiner (1, C), (1, D) -> logit (1, V)."""
+    model = spec.load(FIXTURE / "streaming.toml", chips.load())
+    assert model.checkpoint is None and all(g.source[0] == "command" for g in model.graphs)
+    enc, dec, joi = (model.graph(g) for g in GRAPHS)
+    assert enc.inputs[0].name == "x" and enc.inputs[0].shape[:2] == (1, 80)
+    states = [t.name for t in enc.inputs[1:]]
+    assert [t.name for t in enc.outputs] == ["encoder_out", *[f"new_{s}" for s in states]]
+    assert {t.name: t.shape for t in enc.inputs[1:]} == {t.name[4:]: t.shape for t in enc.outputs[1:]}
+    assert [t.dtype for t in enc.inputs[1:]].count("int32") == 1 and enc.inputs[-1].name == "processed_lens"
+    assert [(t.name, t.shape, t.dtype) for t in dec.inputs] == [("y", (1, 2), "int32")]
+    assert [t.name for t in joi.inputs] == ["encoder_out", "decoder_out"] and joi.outputs[0].name == "logit"
+    assert all(len(t.shape) == 2 for t in (*dec.outputs, *joi.inputs, *joi.outputs))
+    for g in model.graphs:   # the icefall export flags the HTP path needs
+        argv = g.source[1]
+        for flag, value in (("--use-int32-inputs", "1"), ("--dynamic-batch", "0"), ("--enable-int8-quantization", "0")):
+            assert argv[argv.index(flag) + 1] == value
+
+
+def test_streaming_with_states_fed_back_equals_the_whole_utterance(streaming):
+    """The caches are right: chunk by chunk (new_* fed back) gives the frames of one offline pass, and
+    every state input changes the result (none is ignored or folded away)."""
+    run = streaming.torch_runner(None)
+    utt, seed, chunks = streaming.samples(str(FIXTURE / "data"))[0]
+    calls = streaming.stream(run, seed, chunks)["calls"]["encoder"]
+    assert len(calls) == chunks >= 3
+    chunked = np.concatenate([out["encoder_out"] for _, out in calls], axis=1)
+    offline = streaming.offline_encoder_out(streaming.build(), streaming.features(seed, chunks), chunks)
+    assert chunked.shape == offline.shape == (1, chunks * streaming.CHUNK, streaming.JOINER_DIM)
+    assert np.max(np.abs(chunked - offline)) < 1e-5
+    feeds, out = calls[2]
+    for name, zero in streaming.initial_states().items():
+        changed = run("encoder", {**feeds, name: zero})["encoder_out"]
+        assert np.max(np.abs(changed - out["encoder_out"])) > 1e-2, f"state {name} has no effect"
+
+
+def test_agree_names_a_drifting_state_and_a_changed_token(streaming):
+    """The module's comparison itself: an error in one state of one chunk, a changed processed_lens, a
+    different greedy token are each a failure that names what differs."""
+    import copy
+    sample = streaming.samples(str(FIXTURE / "data"))[:1]
+    ref = streaming.evaluate(streaming.torch_runner(None), sample)
+    utt = sample[0][0]
+    assert streaming.agree(ref, copy.deepcopy(ref), {"tier": "default"})[1] == []
+    got = copy.deepcopy(ref)
+    state = np.asarray(got[utt]["outputs"]["encoder"][3]["new_cached_conv_1"])
+    got[utt]["outputs"]["encoder"][3]["new_cached_conv_1"] = (state + 0.2).tolist()
+    got[utt]["outputs"]["encoder"][1]["new_processed_lens"] = [17]
+    got[utt]["tokens"] = got[utt]["tokens"][:-1] + [got[utt]["tokens"][-1] + 1]
+    record, failures = streaming.agree(ref, got, {"tier": "default", "max_abs": 0.05, "max_rel": 0.02})
+    assert len(failures) == 3, failures
+    assert failures[0].startswith("encoder/new_cached_conv_1: error above 0.05") and "in 1/5 call(s)" in failures[0]
+    assert failures[1].startswith("encoder/new_processed_lens: integer output differs")
+    assert failures[2].startswith(f"greedy tokens differ for {utt}")
+    assert record["encoder_max_rel_per_chunk"][utt][3] > 0.02 and record["tokens_differ"]
+
+
+def test_built_by_command_compiled_for_two_chips_and_verified_chunk_by_chunk(built):
+    executed = built.first_executed
+    assert not [t for t in executed if t.startswith("checkpoint:")]
+    for g in GRAPHS:
+        assert {f"export:{MODEL}/{g}", f"simplify:{MODEL}/{g}", f"inspect:{MODEL}/{g}"} <= set(executed)
+        assert {f"compile:{MODEL}/{g}@{c}" for c in CHIPS} <= set(executed)
+    assert {f"parity:{MODEL}", *[f"verify:{MODEL}@{c}" for c in CHIPS], *[f"manifest:{MODEL}@{c}" for c in CHIPS]} \
+        <= set(executed)
+    log = (built.root / f"build/{MODEL}/encoder/export.log").read_text()
+    assert "export_streaming.py --graph encoder --use-int32-inputs 1" in log
+
+    parity = json.loads((built.root / f"build/{MODEL}/parity.json").read_text())
+    assert set(parity["tensors"]) == set(GRAPHS)
+    assert all(e["max_abs"] < 1e-4 for e in parity["tensors"].values()), parity["tensors"]
+    assert parity["task"]["utterances"] == 2 and not parity["task"]["tokens_differ"]
+
+    tokens = parity["task"]["tokens"]
+    assert all(len(t) >= 5 and len(set(t)) >= 2 for t in tokens.values()), tokens   # real decisions, not all blank
+    outputs = [f"encoder/{o}" for o in ("encoder_out", *[f"new_{s[0]}" for s in _states()])] + \
+        ["decoder/decoder_out", "joiner/logit"]
+    for chip in CHIPS:
+        m = manifest(built, chip)
+        assert m["checkpoint"]["origin"] == "the graphs' declared sources"
+        for g in GRAPHS:
+            assert m["binaries"][g]["config"]["soc_type"] == chip and m["binaries"][g]["bytes"] > 0
+            assert m["binaries"][g]["config"]["relaxed_precision_flag"] is True   # fp16 on the HTP
+            assert m["export"][g]["settings"]["command"][1] == "export_streaming.py"
+        assert m["graphs"]["decoder"]["io"]["inputs"] == [["y", [1, 2], "int32"]]
+        assert m["graphs"]["encoder"]["io"]["inputs"][-1] == ["processed_lens", [1], "int32"]
+
+        verify = m["verify"]["default"]
+        # per call, on the feeds of a CPU streaming run: every call of utterance 1 (5 chunks)
+        calls = {g: e["calls"] for g, e in verify["tensors"].items()}
+        assert calls["encoder"] == 5 and calls["joiner"] == 5 * 8 and calls["decoder"] >= 2, calls
+        assert all(e["max_rel"] < 0.02 for e in verify["tensors"].values()), verify["tensors"]
+        # free-running: each backend feeds its own states back, every output of every chunk compared
+        task = verify["task"]
+        assert sorted(task["outputs"]) == sorted(outputs)
+        assert all(task["outputs"][o]["calls"] == 10 for o in outputs if o.startswith("encoder/"))
+        assert task["outputs"]["encoder/new_processed_lens"]["max_abs"] == 0
+        assert all(w["max_rel"] < 0.02 for w in task["outputs"].values()), task["outputs"]
+        assert all(len(per_chunk) == 5 for per_chunk in task["encoder_max_rel_per_chunk"].values())
+        assert task["tokens"] == tokens and not task["tokens_differ"], task["summary"]
+        assert task["decision_margin_min"] > 0   # every greedy decision agreed, with room to spare
+        print(f"{chip}: tensors {verify['tensors']}; task {task['summary']}; reference margin "
+              f"{task['reference_margin_min']:.3f}, closest simulator decision {task['decision_margin_min']:.3f}; joiner max abs {task['outputs']['joiner/logit']['max_abs']:.3g}; "
+              f"verify {verify['seconds']} s")
+
+
+def test_a_change_to_the_export_script_reruns_export_and_what_follows(built):
+    built.edit("models/export_streaming.py", '"comment": "seeded test model', '"comment": "seeded test model (v2)')
+    rc, executed, text = built.run()
+    assert rc == 0, text
+    # every graph's command reads the script: all three re-export
+    assert {f"export:{MODEL}/{g}" for g in GRAPHS} <= set(executed)
+    # only the encoder's ONNX changed (its metadata): its chain reruns on both chips, the others stop at export
+    assert {f"simplify:{MODEL}/encoder", f"inspect:{MODEL}/encoder", f"parity:{MODEL}",
+            *[f"compile:{MODEL}/encoder@{c}" for c in CHIPS], *[f"verify:{MODEL}@{c}" for c in CHIPS],
+            *[f"manifest:{MODEL}@{c}" for c in CHIPS]} <= set(executed), executed
+    assert not [t for t in executed if t.startswith(("simplify:", "compile:")) and "/encoder" not in t], executed
+    rc, executed, text = built.run()
+    assert rc == 0 and executed == [], executed   # nothing left to do
+
+
+def _states():
+    return load_module(str(FIXTURE / "streaming.py")).state_specs()

