@@ -7,7 +7,6 @@ import os
 import re
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,6 @@ W8A16 = {'precision = "fp16"': 'precision = "w8a16"\ncalibration = 8', "max_rel 
 DOIT = ("import resource, sys; from doit.doit_cmd import DoitMain; rc = DoitMain().run(sys.argv[1:]); "
         "s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN); "
         "print(f'@@cpu {s.ru_utime + s.ru_stime} {c.ru_utime + c.ru_stime}', file=sys.stderr); sys.exit(rc)")
-STEP_IMPORTS = "import torch, onnx, onnxruntime, onnxruntime_qnn, numpy"   # what a step process loads
 EXIT = re.compile(r"^# exit \d+ after ([\d.]+) s$", re.M)
 RESTORED = "# restored from cache"
 _CHECKPOINT: list[Path] = []
