@@ -4,9 +4,8 @@ import json
 import shutil
 from pathlib import Path
 
-from conftest import sha256
+from conftest import ROOT, sha256
 
-ROOT = Path(__file__).resolve().parents[1]
 CHIP = "SM8750"
 ALL_CHIPS = '["SM8550", "SM8650", "SM8750", "SM8850", "QCS9100"]'
 

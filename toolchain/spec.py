@@ -15,7 +15,7 @@ IO_DTYPES = ("float32", "float16", "int32")   # what the HTP runtimes accept at 
 PRECISIONS = ("fp16", "w8a16")   # w8a16: 8-bit weights, 16-bit activations, quantized for QNN
 TOOLCHAINS = ("ort-qnn", "qairt")   # a spec may also say "auto": resolved once, in resolve_toolchain()
 ANDROID_LIBS = ("auto", "required", "off")   # QAIRT aarch64-android model libs: with an NDK / always / never
-CHECKPOINT_FORMATS = ("ctranslate2", "openai-whisper", "torch")
+CHECKPOINT_FORMATS = ("ctranslate2", "openai-whisper", "safetensors", "torch")
 
 
 class SpecError(InvalidDodoFile):
