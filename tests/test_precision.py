@@ -72,3 +72,107 @@ def test_a_graph_over_the_fp16_size_limit_is_refused_before_compiling(project):
     assert "M parameters" in text and "exceed the per-context limit of 0.0 M" in text
     assert 'declare the graph precision = "w8a16"' in text and "split it into several graphs" in text
     assert not [t for t in executed if t.startswith("compile:")]
+
+
+TIED_EMBEDDING = r"""
+import json, sys, numpy as np, onnx, onnxruntime as ort
+from onnx import helper as h, TensorProto as T, numpy_helper as nh
+from toolchain import calibrate, ort_qnn, quantize
+out, V, D = sys.argv[1], 8000, 128
+rng = np.random.default_rng(0)
+# Whisper's tied token embedding: one table read by a Gather (lookup) and by MatMul(W, x^T) (logits).
+g = h.make_graph([h.make_node("Gather", ["W", "token"], ["e"]), h.make_node("Reshape", ["e", "shape"], ["e2"]),
+                  h.make_node("Add", ["e2", "x"], ["s"]), h.make_node("Transpose", ["s"], ["st"], perm=[1, 0]),
+                  h.make_node("MatMul", ["W", "st"], ["logits"])], "g",
+                 [h.make_tensor_value_info("token", T.INT32, [1, 1]), h.make_tensor_value_info("x", T.FLOAT, [1, D])],
+                 [h.make_tensor_value_info("logits", T.FLOAT, [V, 1])],
+                 [nh.from_array((rng.standard_normal((V, D)) * 0.05).astype(np.float32), "W"),
+                  nh.from_array(np.array([1, D], np.int64), "shape")])
+model = h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
+model.ir_version = 9
+onnx.save(model, out + "/m.onnx")
+rewritten = onnx.load(out + "/m.onnx")
+tables = quantize.place_weights(rewritten)
+inputs = [["token", [1, 1], "int32"], ["x", [1, D], "float32"]]
+feeds = [{"token": np.array([[i * 97]], np.int32), "x": rng.standard_normal((1, D)).astype(np.float32)} for i in range(8)]
+lines = []
+for i, f in enumerate(feeds):
+    for name, _, _ in inputs:
+        f[name].tofile(f"{out}/{calibrate.raw_name(i, name)}")
+    lines.append(" ".join(calibrate.raw_name(i, name) for name, _, _ in inputs))
+open(out + "/input_list.txt", "w").write("\n".join(lines) + "\n")
+quantize.quantize(out + "/m.onnx", out, inputs, out + "/q.onnx")
+ort_qnn.compile(out + "/q.onnx", out + "/q_ctx.onnx", ort_qnn.provider_options({"soc_model": 69, "htp_arch": 79, "vtcm_mb": 8}, 3))
+ref, same = ort.InferenceSession(out + "/m.onnx"), ort.InferenceSession(rewritten.SerializeToString())
+sim = ort_qnn.simulator(out + "/q_ctx.onnx", ort_qnn.provider_options({"soc_model": 69, "htp_arch": 79, "vtcm_mb": 8}, 3))
+want = ref.run(None, feeds[0])[0]
+print("RESULT " + json.dumps({"tables": tables, "table_bytes": V * D, "binary": __import__("os").path.getsize(out + "/q_ctx_qnn.bin"),
+                              "rewrite_err": float(np.abs(same.run(None, feeds[0])[0] - want).max()),
+                              "htp_rel": float(np.abs(sim(feeds[0])["logits"] - want).max() / np.ptp(want))}))
+"""
+
+
+def test_w8a16_stores_a_tied_embedding_in_8_bits(tmp_path):
+    # Without quantize.place_weights the binary holds the table in 8 bits for the Gather and in 16 bits
+    # for MatMul(W, x^T): 3x the table size (measured); with it, two 8-bit copies.
+    import subprocess, sys
+    run = subprocess.run([sys.executable, "-c", TIED_EMBEDDING, str(tmp_path)], capture_output=True, text=True,
+                         timeout=300)
+    line = [l for l in run.stdout.splitlines() if l.startswith("RESULT ")]
+    assert line, run.stdout + run.stderr
+    got = json.loads(line[0][len("RESULT "):])
+    assert got["tables"] == ["W"]
+    assert got["rewrite_err"] < 1e-5                              # the rewrite is the same product
+    assert got["binary"] < 2.4 * got["table_bytes"], got          # 8-bit: ~2x table, not 3x
+    assert got["htp_rel"] < 0.05, got                             # and the HTP result still matches float
+    q = onnx.load(tmp_path / "q.onnx")
+    assert {i.name: i.data_type for i in q.graph.initializer}["W_quantized"] == onnx.TensorProto.UINT8
+
+
+def test_calibration_layout_follows_the_toolchain_and_reads_back_the_same(tmp_path):
+    # The embedded toolchain reads ONNX layout; qnn-onnx-converter --use_native_input_files reads QNN's
+    # (3-D last two axes swapped, 4-D NHWC). Both sets must read back as the same ONNX-layout feeds.
+    import numpy as np
+    from onnx import TensorProto as T, helper as h
+    from toolchain import calibrate
+    g = h.make_graph([h.make_node("Identity", ["a"], ["a2"]), h.make_node("Identity", ["b"], ["b2"])], "g",
+                     [h.make_tensor_value_info("a", T.FLOAT, [1, 2, 3]), h.make_tensor_value_info("b", T.FLOAT, [1, 2, 3, 4])],
+                     [h.make_tensor_value_info("a2", T.FLOAT, [1, 2, 3]), h.make_tensor_value_info("b2", T.FLOAT, [1, 2, 3, 4])])
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), tmp_path / "g.onnx")
+    (tmp_path / "mod.py").write_text("")                       # no graph_feeds: seeded generated inputs
+    inputs = [["a", [1, 2, 3], "float32"], ["b", [1, 2, 3, 4], "float32"]]
+    sets = {}
+    for layout in ("onnx", "qnn"):
+        folder = tmp_path / layout
+        calibrate.write(str(tmp_path / "mod.py"), {"g": str(tmp_path / "g.onnx")}, None, "g", inputs, 2, str(folder), layout)
+        sets[layout] = calibrate.read(str(folder), inputs)
+        assert json.loads((folder / "calibration.json").read_text())["layout"] == layout
+    a = np.fromfile(tmp_path / "onnx/0001-a.raw", np.float32).reshape(1, 2, 3)
+    b = np.fromfile(tmp_path / "onnx/0001-b.raw", np.float32).reshape(1, 2, 3, 4)
+    assert np.array_equal(np.fromfile(tmp_path / "qnn/0001-a.raw", np.float32), a.transpose(0, 2, 1).ravel())
+    assert np.array_equal(np.fromfile(tmp_path / "qnn/0001-b.raw", np.float32), b.transpose(0, 2, 3, 1).ravel())
+    assert not np.array_equal(a.ravel(), a.transpose(0, 2, 1).ravel())
+    for got, want in zip(sets["qnn"], sets["onnx"]):
+        assert all(np.array_equal(got[k], want[k]) and got[k].shape == want[k].shape for k in want)
+
+
+def test_calibration_never_uses_the_default_tier_verify_samples(tmp_path):
+    from onnx import TensorProto as T, helper as h
+    from toolchain import calibrate
+    from toolchain.worker import StageFailed
+    g = h.make_graph([h.make_node("Identity", ["a"], ["b"])], "g", [h.make_tensor_value_info("a", T.FLOAT, [1, 2])],
+                     [h.make_tensor_value_info("b", T.FLOAT, [1, 2])])
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), tmp_path / "g.onnx")
+    (tmp_path / "mod.py").write_text(
+        "import numpy as np\n"
+        "def samples(data_dir): return [(k,) for k in ('s1', 's2', 's3')]\n"
+        "def graph_feeds(run, sample): return {'g': [{'a': np.full((1, 2), int(sample[0][1]), np.float32)}]}\n")
+    args = (str(tmp_path / "mod.py"), {"g": str(tmp_path / "g.onnx")}, str(tmp_path), "g", [["a", [1, 2], "float32"]])
+    calibrate.write(*args, 2, str(tmp_path / "cal"), "onnx", ["s1"])
+    record = json.loads((tmp_path / "cal/calibration.json").read_text())
+    assert record["samples"] == ["s2", "s3"] and record["held_out"] == ["s1"]
+    assert [f["a"][0, 0] for f in calibrate.read(str(tmp_path / "cal"), args[4])] == [2, 3]
+    with pytest.raises(StageFailed, match="held-out verify clips"):
+        calibrate.write(*args, 3, str(tmp_path / "cal"), "onnx", ["s1"])       # 2 left, 3 asked
+    with pytest.raises(StageFailed, match="every sample is a held-out verify clip"):
+        calibrate.write(*args, 1, str(tmp_path / "cal"), "onnx", ["s1", "s2", "s3"])

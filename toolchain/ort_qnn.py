@@ -48,7 +48,9 @@ def compile(src: str, out_model: str, options: dict) -> dict:
     from toolchain.files import atomic_dir
     from toolchain.worker import StageFailed
     out = Path(out_model)
-    config = {"session.disable_cpu_ep_fallback": "1", "ep.context_enable": "1", "ep.context_embed_mode": "0"}
+    config = {"session.disable_cpu_ep_fallback": "1", "ep.context_enable": "1", "ep.context_embed_mode": "0",
+              # from bytes, external weights (ONNX over 2 GB) are found beside the source model
+              "session.model_external_initializers_file_folder_path": str(Path(src).resolve().parent)}
     started = time.monotonic()
     with atomic_dir(out.parent) as tmp:
         try:

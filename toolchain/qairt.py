@@ -136,6 +136,14 @@ def layout_permutation(onnx_shape, qnn_shape) -> tuple[int, ...] | None:
     return next((p for p in candidates if [onnx_shape[i] for i in p] == list(qnn_shape)), None)
 
 
+def native_permutation(rank: int) -> tuple[int, ...]:
+    """The axes order a graph input has on the QNN side when the converter gets no --input_layout
+    (§4.3): 3-D last two axes swapped, 4-D NCHW -> NHWC, others as in ONNX. Raw files given with
+    --use_native_input_files must already be in it (§S3). From sherpa-onnx's observations; not run
+    against a real SDK here."""
+    return {3: (0, 2, 1), 4: (0, 2, 3, 1)}.get(rank, tuple(range(rank)))
+
+
 def read_build_id(root: str) -> tuple[str | None, str]:
     """(build id, source): libQnnHtp.so's backendGetBuildId through the QNN API, in a child process
     (a broken library cannot take doit down); only if that fails, sdk.yaml's version, labelled so."""

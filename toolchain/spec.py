@@ -196,7 +196,8 @@ def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
     comp = top.sub("compile", required=False)
     compile_settings = {"optimization": comp.opt("optimization", int, 3, (1, 2, 3)),
                         "android_libs": comp.opt("android_libs", str, "auto", ANDROID_LIBS),
-                        # The guide: above ~1B parameters in fp16 a model may not fit one context.
+                        # The guide: above ~1B parameters in fp16 a model may not fit one context. The
+                        # bundled compiler builds 1.2B (2.4 GB, bench/size_limit.py); devices unmeasured.
                         "max_fp16_params": comp.opt("max_fp16_params", int, 1_000_000_000)}
     comp.done()
     parity = top.sub("parity", required=False)

@@ -68,8 +68,9 @@ def load_module(path: str):
     """Import a model's own code (models/<module>.py) by path."""
     import importlib.util
     name = "model_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_").replace(".", "_")
-    if name in sys.modules:
-        return sys.modules[name]
+    cached = sys.modules.get(name)
+    if cached is not None and os.path.samefile(cached.__file__, path):   # same name, other folder: reload
+        return cached
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
