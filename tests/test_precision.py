@@ -176,3 +176,26 @@ def test_calibration_never_uses_the_default_tier_verify_samples(tmp_path):
         calibrate.write(*args, 3, str(tmp_path / "cal"), "onnx", ["s1"])       # 2 left, 3 asked
     with pytest.raises(StageFailed, match="every sample is a held-out verify clip"):
         calibrate.write(*args, 1, str(tmp_path / "cal"), "onnx", ["s1", "s2", "s3"])
+
+
+EXTERNAL_DATA = r"""
+import sys, numpy as np, onnx
+from onnx import helper as h, TensorProto as T, numpy_helper as nh
+from toolchain import ort_qnn
+out = sys.argv[1]
+w = nh.from_array(np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32), "w")
+g = h.make_graph([h.make_node("MatMul", ["x", "w"], ["y"])], "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 256])],
+                 [h.make_tensor_value_info("y", T.FLOAT, [1, 256])], [w])
+onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), out + "/m.onnx", save_as_external_data=True,
+          location="m.weights", size_threshold=0)
+ort_qnn.compile(out + "/m.onnx", out + "/ctx/m.onnx", ort_qnn.provider_options({"soc_model": 69, "htp_arch": 79, "vtcm_mb": 8}, 3))
+print("RESULT ok")
+"""
+
+
+def test_a_graph_with_external_weights_compiles(tmp_path):
+    # ONNX over 2 GB must keep its weights in a side file (bench/size_limit.py compiles 1.2 B parameters).
+    import subprocess, sys
+    run = subprocess.run([sys.executable, "-c", EXTERNAL_DATA, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert "RESULT ok" in run.stdout, run.stdout + run.stderr
+    assert (tmp_path / "m.weights").stat().st_size == 256 * 256 * 4 and (tmp_path / "ctx/m_qnn.bin").exists()

@@ -48,9 +48,11 @@ def compile(src: str, out_model: str, options: dict) -> dict:
     from toolchain.files import atomic_dir
     from toolchain.worker import StageFailed
     out = Path(out_model)
-    config = {"session.disable_cpu_ep_fallback": "1", "ep.context_enable": "1", "ep.context_embed_mode": "0",
-              # from bytes, external weights (ONNX over 2 GB) are found beside the source model
-              "session.model_external_initializers_file_folder_path": str(Path(src).resolve().parent)}
+    config = {"session.disable_cpu_ep_fallback": "1", "ep.context_enable": "1", "ep.context_embed_mode": "0"}
+    if _has_external_data(src):
+        # from bytes, external weights (ONNX over 2 GB) are found beside the source model; only then, as
+        # the folder enters the EP's graph-name hash (same bytes in two checkouts -> different names)
+        config["session.model_external_initializers_file_folder_path"] = str(Path(src).resolve().parent)
     started = time.monotonic()
     with atomic_dir(out.parent) as tmp:
         try:
@@ -66,6 +68,12 @@ def compile(src: str, out_model: str, options: dict) -> dict:
         if not binary.exists():
             raise StageFailed(f"{src}: the EP wrote no context binary {binary.name}")
     return {"seconds": round(time.monotonic() - started, 3), "binary": str(out.with_name(binary.name))}
+
+
+def _has_external_data(src: str) -> bool:
+    import onnx
+    return any(t.data_location == onnx.TensorProto.EXTERNAL
+               for t in onnx.load(src, load_external_data=False).graph.initializer)
 
 
 def cpu_nodes(src: str, options: dict) -> list[tuple[str, str]]:
