@@ -1,9 +1,10 @@
 """EfficientNet-Lite0 (ImageNet) as one static-shape HTP graph: normalised RGB image -> 1000 class logits."""
 import os
-import tempfile
 
 import numpy as np
 import torch
+
+from toolchain.export import torch_to_onnx
 
 ARCH = "efficientnet-lite0"
 IMAGE_SIZE = 224  # the 'same' padding of every conv is computed for this size, so it is fixed at export
@@ -21,19 +22,10 @@ def _load(checkpoint: str) -> torch.nn.Module:
 
 def export(checkpoint: str, graph: str, out: str, settings: dict) -> None:
     """Export graph "classifier" to one self-contained ONNX file at `out`."""
-    import onnx
     if graph != "classifier":
         raise ValueError(f"unknown graph {graph!r} (expected 'classifier')")
-    net = _load(checkpoint)
     image = torch.zeros(1, 3, IMAGE_SIZE, IMAGE_SIZE)
-    # export into a scratch dir, then re-save inline, so no side-car .data file reaches `out`'s dir
-    with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
-        path = os.path.join(tmp, "model.onnx")
-        torch.onnx.export(net, (image,), path, input_names=INPUTS, output_names=OUTPUTS,
-                          opset_version=settings["opset"], dynamo=settings["exporter"] == "dynamo",
-                          external_data=False, verbose=False)
-        proto = onnx.load(path)
-    onnx.save(proto, out)
+    torch_to_onnx(_load(checkpoint), (image,), out, INPUTS, OUTPUTS, settings)
 
 
 def torch_runner(checkpoint: str):

@@ -2,12 +2,13 @@
 import hashlib
 import json
 import os
-import tempfile
 from functools import lru_cache
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from toolchain.export import torch_to_onnx
 
 SEQ_LEN = 128  # fixed token window; shorter sentences are padded, longer ones truncated
 # Score of a padded key: finite and fp16-representable, unlike the -3.4e38 transformers uses. A w8a16
@@ -98,20 +99,12 @@ class Encoder(torch.nn.Module):
 
 def export(checkpoint: str, graph: str, out: str, settings: dict) -> None:
     """Export graph "encoder" to one self-contained ONNX file at `out`."""
-    import onnx
     if graph != "encoder":
         raise ValueError(f"unknown graph {graph!r} (expected 'encoder')")
     model = Encoder(_load(checkpoint), masked=float(settings.get("args", {}).get("masked", MASKED))).eval()
     feeds = _encode("an example sentence")
     args = tuple(torch.from_numpy(feeds[n]) for n in INPUTS)
-    # export into a scratch dir, then re-save inline, so no side-car .data file reaches `out`'s dir
-    with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
-        path = os.path.join(tmp, "model.onnx")
-        torch.onnx.export(model, args, path, input_names=INPUTS, output_names=OUTPUTS,
-                          opset_version=settings["opset"], dynamo=settings["exporter"] == "dynamo",
-                          external_data=False, verbose=False)
-        proto = onnx.load(path)
-    onnx.save(proto, out)
+    torch_to_onnx(model, args, out, INPUTS, OUTPUTS, settings)
 
 
 def torch_runner(checkpoint: str):

@@ -1,11 +1,12 @@
 """Whisper (openai-whisper layout) as two static-shape graphs for the HTP: encoder and one-token decoder."""
 import os
 import struct
-import tempfile
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from toolchain.export import torch_to_onnx
 
 N_CTX = 448  # decoder self-attention cache slots (Whisper's n_text_ctx)
 # Score of a masked key: finite and fp16-representable, unlike -inf / -1e9. A w8a16 graph declares a
@@ -233,19 +234,9 @@ def example_feeds(graph: str, dims: dict) -> dict[str, np.ndarray]:
 
 def export(checkpoint: str, graph: str, out: str, settings: dict) -> None:
     """Export one graph to a single self-contained ONNX file at `out` (no external data file left behind)."""
-    import onnx
-    exporter, opset = settings.get("exporter", "dynamo"), int(settings.get("opset", 18))
-    if exporter not in ("dynamo", "legacy"):
-        raise ValueError(f"unknown exporter {exporter!r} (expected 'dynamo' or 'legacy')")
     model = torch_graph(checkpoint, graph, float(settings.get("args", {}).get("masked", MASKED)))
     args = tuple(torch.from_numpy(a) for a in example_feeds(graph, vars(model.dims)).values())
-    # export into a scratch dir, then re-save inline, so no side-car .data file ever reaches `out`'s dir
-    with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
-        path = os.path.join(tmp, "model.onnx")
-        torch.onnx.export(model, args, path, input_names=INPUTS[graph], output_names=OUTPUTS[graph],
-                          opset_version=opset, dynamo=exporter == "dynamo", external_data=False, verbose=False)
-        proto = onnx.load(path)
-    onnx.save(proto, out)
+    torch_to_onnx(model, args, out, INPUTS[graph], OUTPUTS[graph], settings)
 
 
 def _mel(wav: str | None) -> np.ndarray:

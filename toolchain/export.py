@@ -44,6 +44,26 @@ def tasks(project):
                    "uptodate": [config_changed(settings)]}
 
 
+def torch_to_onnx(module, args: tuple, out: str, inputs: list[str], outputs: list[str], settings: dict) -> None:
+    """torch.onnx.export of `module` on `args` into one self-contained ONNX file at `out`, with the
+    spec's exporter and opset. For model code (models/*.py export()). Exported in a scratch folder and
+    re-saved inline, so no side-car .data file ever reaches `out`'s folder."""
+    import os
+    import tempfile
+
+    import onnx
+    import torch
+    exporter, opset = settings.get("exporter", "dynamo"), int(settings.get("opset", 18))
+    if exporter not in ("dynamo", "legacy"):
+        raise ValueError(f"unknown exporter {exporter!r} (expected 'dynamo' or 'legacy')")
+    with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
+        path = os.path.join(tmp, "model.onnx")
+        torch.onnx.export(module, args, path, input_names=inputs, output_names=outputs, opset_version=opset,
+                          dynamo=exporter == "dynamo", external_data=False, verbose=False)
+        proto = onnx.load(path)
+    onnx.save(proto, out)
+
+
 def _external_task(model, graph, out: str, record: str, log: str) -> dict:
     """The ONNX from a declared command (its argv and the files it reads are the dependencies) or a given file."""
     kind, *rest = graph.source
