@@ -27,6 +27,7 @@ import toolchain.readback
 import toolchain.report
 import toolchain.runtime_libs
 import toolchain.selector
+import toolchain.sherpa_run
 import toolchain.simplify
 import toolchain.step0
 import toolchain.verify
@@ -39,7 +40,7 @@ DOIT_CONFIG = {
     "action_string_formatting": "new",
     "par_type": "thread",              # `doit -n N`: actions only wait on child processes (docs/scale.md)
     "default_tasks": ["checkpoint", "export", "simplify", "inspect", "parity", "calibrate", "quantize", "convert", "modellib",
-                      "pagesize", "htpconfig", "context", "readback", "compile", "verify", "manifest", "report"],
+                      "pagesize", "htpconfig", "context", "readback", "compile", "verify", "manifest", "sherpa", "sherpa_full", "report"],
 }
 
 os.makedirs(paths.BUILD, exist_ok=True)   # doit opens the state DB before any task runs
@@ -125,6 +126,16 @@ def task_verify():
 def task_verify_full():
     """HTP simulator vs CPU ONNX on every clip (WER), per model and chip; opt-in."""
     yield from toolchain.verify.tasks(PROJECT, "full")
+
+
+def task_sherpa():
+    """sherpa-onnx's Whisper loop on the unpacked sherpa bundle via the QNN C API, default tier, per model and chip."""
+    yield from toolchain.sherpa_run.tasks(PROJECT, "default")
+
+
+def task_sherpa_full():
+    """sherpa-onnx's Whisper loop on every clip of the bundle (WER), per model and chip; opt-in."""
+    yield from toolchain.sherpa_run.tasks(PROJECT, "full")
 
 
 def task_manifest():

@@ -10,6 +10,7 @@ from pathlib import Path
 from doit.tools import config_changed
 
 from toolchain import compare, ort_qnn, paths, sherpa, tarball
+from toolchain.export import io_record
 from toolchain.files import read_json, sha256, write_json
 from toolchain.worker import StageFailed, load_module, run
 
@@ -38,6 +39,7 @@ def tasks(project):
         kwargs = {"model": model.name, "chip": chip.record(), "toolchain": model.toolchain, "graphs": graphs,
                   "manifest": paths.manifest(model, chip), "runtime": paths.runtime_record(model.toolchain, chip),
                   "module_file": model.module_file, "data_dir": model.data_dir, "plan": p,
+                  "io": {g.name: io_record(g) for g in model.graphs},
                   "ort_out": None if p["ort_reason"] else paths.ort_bundle(model, chip),
                   "sherpa_out": None if p["sherpa_reasons"] else paths.sherpa_bundle(model, chip),
                   "out": paths.bundle_record(model, chip)}
@@ -55,7 +57,7 @@ def tasks(project):
                                             "bundles": [kwargs[k] for k in shipped]})]}
 
 
-def build(model, chip, toolchain, graphs, manifest, runtime, module_file, data_dir, plan, ort_out, sherpa_out, out):
+def build(model, chip, toolchain, graphs, manifest, runtime, module_file, data_dir, plan, io, ort_out, sherpa_out, out):
     """Check the binaries against the manifest, then write the bundles and the record."""
     man, libs = read_json(manifest), read_json(runtime)
     for g, b in man["binaries"].items():   # never ship a binary that changed after it was verified
@@ -65,7 +67,7 @@ def build(model, chip, toolchain, graphs, manifest, runtime, module_file, data_d
     common = {"LICENSE": license_text(man).encode(), "QNN-RUNTIME-LICENSE.txt": runtime_license_text(libs).encode(),
               "runtime-libraries.json": (json.dumps(libs, indent=2, sort_keys=True) + "\n").encode()}
     if plan["tokens"]:
-        common["tokens.txt"] = _tokens(module_file)
+        common["tokens.txt"] = _tokens(module_file, io)
     record = {"model": model, "chip": chip["name"], "soc_model": chip["soc_model"], "htp_arch": f"v{chip['htp_arch']}",
               "toolchain": toolchain, "sdk_build_id": man["sdk"]["build_id"], "license": man["license"],
               "runtime_libraries": {k: libs[k] for k in ("family", "available", "app_must_ship", "license")},
@@ -88,7 +90,7 @@ def build(model, chip, toolchain, graphs, manifest, runtime, module_file, data_d
         order = sherpa.ORDER[family]
         members = {**common, "info.txt": _info(man, list(order)).encode(), "README.md": sherpa_readme(order).encode(),
                    **{f"{g}.bin": graphs[g]["binary"] for g in order},
-                   **{f"test_wavs/{Path(k).name}": v for k, v in data.items() if k.endswith(".wav")}}
+                   **{f"test_wavs/{Path(k).name}": v for k, v in data.items() if k.endswith((".wav", "refs.tsv"))}}
         record["bundles"]["sherpa-onnx"] = {**_write(sherpa_out, members), "family": family}
     else:
         record["bundles"]["sherpa-onnx"] = {"shipped": False, "family": plan["family"], "reasons": plan["sherpa_reasons"]}
@@ -120,9 +122,9 @@ def _check_epcontext(context: str, binary: str) -> None:
             raise StageFailed(f"{context}: node {node.name} ({node.op_type}) does not point at {binary} beside it")
 
 
-def _tokens(module_file: str) -> bytes:
+def _tokens(module_file: str, io: dict) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
-        load_module(module_file).write_tokens(f"{tmp}/tokens.txt")
+        compare.with_io(load_module(module_file).write_tokens, io)(f"{tmp}/tokens.txt")
         return Path(f"{tmp}/tokens.txt").read_bytes()
 
 

@@ -1,6 +1,7 @@
 """Numeric comparison of two backends on the same feeds, and the data files a check reads."""
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +48,7 @@ def feeds(module, run, sample, io: dict, count: int = 3) -> dict:
     """Inputs per graph for tensor comparisons: the model code's graph_feeds(), or, for a module
     without one, `count` seeded random feeds of the declared shapes (int32 inputs in [0, 10))."""
     if hasattr(module, "graph_feeds"):
-        return module.graph_feeds(run, sample)
+        return with_io(module.graph_feeds, io)(run, sample)
     rng = np.random.default_rng(0)
 
     def one(name, shape, dtype):
@@ -55,3 +56,11 @@ def feeds(module, run, sample, io: dict, count: int = 3) -> dict:
             return rng.integers(0, 10, size=shape, dtype=np.int32)
         return rng.standard_normal(shape).astype(dtype)
     return {g: [{n: one(n, s, d) for n, s, d in spec["inputs"]} for _ in range(count)] for g, spec in io.items()}
+
+
+def with_io(function, io: dict):
+    """The model code's function, given the declared graph interface (`io`) when it asks for it by name:
+    code whose tensor names come from the spec (sherpa-onnx's '<prefix>_mel') needs them."""
+    if "io" in inspect.signature(function).parameters:
+        return lambda *args: function(*args, io=io)
+    return function

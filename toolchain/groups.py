@@ -5,7 +5,7 @@ QAIRT_GRAPH_STAGES = ("convert", "modellib", "pagesize")   # QAIRT models only; 
 QAIRT_CHIP_STAGES = ("htpconfig", "context", "readback")
 GRAPH_STAGES = ("export", "simplify", "inspect", "calibrate", "quantize", *QAIRT_GRAPH_STAGES, *QAIRT_CHIP_STAGES,
                 "compile")   # named <model>/<graph>[@<CHIP>]
-CHIP_STAGES = (*QAIRT_CHIP_STAGES, "compile", "verify", "manifest")
+CHIP_STAGES = (*QAIRT_CHIP_STAGES, "compile", "verify", "manifest", "sherpa")
 
 
 def chip_tasks(project):

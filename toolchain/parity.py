@@ -53,7 +53,8 @@ def check(module_file: str, checkpoint: str | None, onnx_files: dict, data_dir, 
     failures = [f"{g}: max abs error {e['max_abs']:.3g} > {settings['max_abs']}"
                 for g, e in errors.items() if e["max_abs"] > settings["max_abs"]]
     if samples and hasattr(module, "evaluate"):   # the model's own task metric (text, ranking, top-1)
-        ref, got = module.evaluate(torch_run, samples), module.evaluate(onnx_run, samples)
+        evaluate = compare.with_io(module.evaluate, io)
+        ref, got = evaluate(torch_run, samples), evaluate(onnx_run, samples)
         record["task"], task_failures = module.agree(ref, got, {**settings["metric"], "tier": "parity"})
         failures += task_failures
     print(record)

@@ -140,7 +140,16 @@ def ort_bundle(model, chip) -> str:
 
 def sherpa_bundle(model, chip) -> str:
     """sherpa-onnx's release name for a per-SoC binary bundle (sherpa-qnn.md §4.5)."""
-    return f"{bundle_dir(model, chip)}/sherpa-onnx-qnn-{chip.name}-binary-{model.name}.tar.bz2"
+    return f"{bundle_dir(model, chip)}/sherpa-onnx-qnn-{chip.name}-binary-{model.bundle_name or model.name}.tar.bz2"
+
+
+def sherpa_run(model, chip, tier: str = "default") -> str:
+    """The sherpa-onnx host loop's record over the unpacked bundle (sherpa_run.py)."""
+    return f"{chip_dir(model, chip)}/sherpa-run{'' if tier == 'default' else '-' + tier}.json"
+
+
+def sherpa_run_log(model, chip, tier: str = "default") -> str:
+    return sherpa_run(model, chip, tier)[:-len(".json")] + ".log"
 
 
 def bundle_record(model, chip) -> str:

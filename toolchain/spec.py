@@ -110,6 +110,7 @@ class Model:
     verify: tuple[tuple[str, object], ...]
     metric: tuple[tuple[str, object], ...]
     graphs: tuple[Graph, ...]
+    bundle_name: str = ""  # the name in bundle file names (sherpa-onnx's), when not the model's
 
     def graph(self, name: str) -> Graph:
         return next(g for g in self.graphs if g.name == name)
@@ -237,10 +238,14 @@ def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
                                   f"or declare the graph precision = \"w8a16\" (8-bit weights)")
 
     description = top.opt("description", str, "")
+    # sherpa-onnx names its bundles after the model (sherpa-onnx-qnn-<SOC>-binary-whisper-tiny.en)
+    bundle_name = top.opt("bundle_name", str, name)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", bundle_name):
+        top.fail("bundle_name", f"{bundle_name!r}: letters, digits, '.', '_' and '-' only (it names a file)")
     toolchain = resolve_toolchain(top.opt("toolchain", str, "ort-qnn", TOOLCHAINS + ("auto",)))
     top.done()
     return Model(name=name, spec_file=file, module_file=str(module_file), description=description,
-                 license=license_, toolchain=toolchain, chips=chip_names, checkpoint=checkpoint,
+                 bundle_name=bundle_name, license=license_, toolchain=toolchain, chips=chip_names, checkpoint=checkpoint,
                  data_dir=data_dir, export=tuple(export_settings.items()),
                  compile=tuple(compile_settings.items()), parity=tuple(parity_settings.items()),
                  verify=tuple(verify_settings.items()), metric=tuple(sorted(metric.data.items())),

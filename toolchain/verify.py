@@ -71,7 +71,8 @@ def check(module_file: str, graphs: dict, data_dir, options: dict, checks: dict,
     failures = [f"{g}: max error {e['max_rel']:.3g} of the output range > {checks['max_rel']}"
                 for g, e in errors.items() if e["max_rel"] > checks["max_rel"]]
     if samples and hasattr(module, "evaluate"):   # the model's own task metric
-        ref, got = module.evaluate(cpu_run, samples), module.evaluate(sim_run, samples)
+        evaluate = compare.with_io(module.evaluate, io)
+        ref, got = evaluate(cpu_run, samples), evaluate(sim_run, samples)
         record["task"], task_failures = module.agree(ref, got, {**checks["metric"], "tier": checks["tier"]})
         failures += [f"simulator vs CPU ONNX: {f}" for f in task_failures]
     record["seconds"] = round(time.monotonic() - started, 1)
