@@ -187,3 +187,14 @@ def _io(text: str) -> dict:
     graphs = tomllib.loads(text)["graphs"]
     return {g: {kind: [[n, t["shape"], t["dtype"]] for n, t in graphs[g][kind].items()]
                 for kind in ("inputs", "outputs")} for g in graphs}
+
+
+def test_read_back_mismatch_names_the_tensor_expected_and_found():
+    from toolchain.compile import io_problems
+    want = [["tiny_en_mel", [1, 3000, 80], "float32"]]
+    assert io_problems("inputs", [["tiny_en_mel", [1, 3000, 80], "float32"]], want) == []
+    found = io_problems("inputs", [["tiny_en_mel", [1, 80, 3000], "float32"]], want)
+    assert found == ["input tiny_en_mel: expected [1, 3000, 80] float32, found [1, 80, 3000] float32"]
+    found = io_problems("inputs", [["tiny.en-mel", [1, 3000, 80], "float32"]], want)
+    assert found == ["input tiny_en_mel: expected [1, 3000, 80] float32, not in the binary",
+                     "input tiny.en-mel: in the binary, not declared"]

@@ -71,9 +71,23 @@ def readback_problems(config: dict, info: dict, chip: dict, precision: str, io: 
         found.append(f"{len(graphs)} graphs in the binary, expected 1 (a split graph means CPU partitions)")
         return found
     for kind in ("inputs", "outputs"):
-        got = [[t["name"], list(t["shape"]), t["dtype"]] for t in graphs[0][kind]]
-        if got != io[kind]:
-            found.append(f"{kind} {got} != declared {io[kind]}")
+        found += io_problems(kind, [[t["name"], list(t["shape"]), t["dtype"]] for t in graphs[0][kind]], io[kind])
+    return found
+
+
+def io_problems(kind: str, got: list, want: list) -> list[str]:
+    """Each tensor that differs from the declaration (a runtime contract, e.g. sherpa-onnx's, is declared
+    in the spec), named with what was expected and what the binary holds."""
+    have, found = {t[0]: t for t in got}, []
+    for name, shape, dtype in want:
+        if name not in have:
+            found.append(f"{kind[:-1]} {name}: expected {shape} {dtype}, not in the binary")
+        elif have[name][1:] != [shape, dtype]:
+            found.append(f"{kind[:-1]} {name}: expected {shape} {dtype}, found {have[name][1]} {have[name][2]}")
+    declared = {t[0] for t in want}
+    found += [f"{kind[:-1]} {n}: in the binary, not declared" for n in have if n not in declared]
+    if not found and [t[0] for t in got] != [t[0] for t in want]:
+        found.append(f"{kind} order {[t[0] for t in got]}, declared {[t[0] for t in want]}")
     return found
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from doit.tools import config_changed
 
-from toolchain import ort_qnn, parity, paths, qairt
+from toolchain import ort_qnn, parity, paths, qairt, sherpa_run
 from toolchain.files import read_json, write_json
 
 # What the binary's own config string says about the request (the full string is in *.compile.json).
@@ -36,7 +36,7 @@ def _sources(project, model, chip) -> dict:
                "inspect": {g.name: paths.inspected(model, g) for g in model.graphs},
                "compile": {g.name: paths.compile_record(model, g, chip) for g in model.graphs},
                "verify": {"default": paths.verified(model, chip)}}
-    if project.wants_full_tier(model, chip):
+    if project.wants_full_tier(model, chip) and not sherpa_run.wanted(model):   # sherpa models: sherpa_full
         sources["verify"]["full"] = paths.verified(model, chip, "full")
     if model.toolchain == qairt.NAME:   # the model libs (x86_64, aarch64-android) and their page alignment
         sources["model_libs"] = {g.name: paths.stage_record(model, g, "pagesize") for g in model.graphs}
@@ -62,6 +62,21 @@ def write(meta: dict, sources: dict, out: str):
               "parity": read_json(sources["parity"]) if sources["parity"] else
               {"skipped": "no PyTorch original ([parity] reference = \"none\")", "tensors": {}},
               "verify": {tier: read_json(p) for tier, p in sources["verify"].items()}}
+    # What an app copies in and out per call (sherpa-onnx's QnnModel copies every tensor every call)
+    record["cost"] = {"io_bytes_per_call": {g: io_bytes(i["io"]) for g, i in record["graphs"].items()},
+                      "binary_bytes": {g: b["bytes"] for g, b in record["binaries"].items()}}
     if "model_libs" in sources:
         record["model_libs"] = {g: read_json(p) for g, p in sources["model_libs"].items()}
     write_json(out, record)
+
+
+def io_bytes(interface: dict) -> int:
+    """Bytes of one call's declared inputs and outputs."""
+    size = {"float32": 4, "int32": 4, "float16": 2, "int64": 8, "uint8": 1, "int8": 1, "uint16": 2}
+    total = 0
+    for _, shape, dtype in interface["inputs"] + interface["outputs"]:
+        n = 1
+        for d in shape:
+            n *= d
+        total += n * size.get(dtype, 4)
+    return total

@@ -2,7 +2,9 @@
 chart, to build/report.html by report_html.py)."""
 from __future__ import annotations
 
-from toolchain import paths, report_html
+import os
+
+from toolchain import manifest, paths, report_html, sherpa_run
 from toolchain.files import atomic_path, read_json
 
 COLUMNS = ("model", "chip", "arch", "precision", "binaries MB", "compile s", "parity max abs",
@@ -11,9 +13,12 @@ COLUMNS = ("model", "chip", "arch", "precision", "binaries MB", "compile s", "pa
 
 def tasks(project):
     manifests = [paths.manifest(m, c) for m, c in project.model_chips()]
+    runs = [paths.sherpa_run(m, c, tier) for m, c in project.model_chips() if sherpa_run.wanted(m)
+            for tier in ("default", "full") if tier == "default" or project.wants_full_tier(m, c)]
     return {"doc": "summary table of all manifests -> build/report.md (and stdout), build/report.html",
-            "file_dep": manifests, "targets": [paths.REPORT, paths.REPORT_HTML], "clean": True, "verbosity": 2,
-            "actions": [(write, (manifests, paths.REPORT)), (report_html.write, (manifests, paths.REPORT_HTML))]}
+            "file_dep": manifests + runs, "targets": [paths.REPORT, paths.REPORT_HTML], "clean": True,
+            "verbosity": 2,
+            "actions": [(write, (manifests, paths.REPORT, runs)), (report_html.write, (manifests, paths.REPORT_HTML))]}
 
 
 def row(m: dict) -> list[str]:
@@ -29,13 +34,47 @@ def row(m: dict) -> list[str]:
             f"{verify['seconds']:.0f}", m["sdk"]["build_id"] or "?"]
 
 
-def table(rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+def table(rows: list[list[str]], columns=COLUMNS) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
 
 
-def write(manifests: list[str], out: str):
-    text = "# Build report\n\n" + table([row(read_json(p)) for p in manifests])
+COST = ("model", "chip", "graph I/O MB per call (enc / dec)", "binaries MB (enc / dec)", "runtime loop",
+        "sim s per encoder call", "sim s per decoder call", "loop vs CPU ONNX")
+
+
+def cost_rows(manifests: list[dict], runs: dict) -> list[list[str]]:
+    """Per encoder/decoder model and chip: I/O volume per call, sizes, and the runtime loop's timings."""
+    rows = []
+    for m in manifests:
+        if set(m["graphs"]) != {"encoder", "decoder"}:
+            continue
+        run = runs.get((m["model"], m["chip"]["name"]))
+        mb = lambda b: f"{b / 1e6:.1f}"
+        rows.append([m["model"], m["chip"]["name"],
+                     " / ".join(mb(manifest.io_bytes(m["graphs"][g]["io"])) for g in ("encoder", "decoder")),
+                     " / ".join(mb(m["binaries"][g]["bytes"]) for g in ("encoder", "decoder")),
+                     "sherpa-onnx (QNN C API)" if run else "onnxruntime EP (verify)",
+                     f"{run['cost']['sim_seconds_per_encoder_call']:.1f}" if run else "-",
+                     f"{run['cost']['sim_seconds_per_decoder_call']:.2f}" if run else "-",
+                     run["task"]["summary"] if run else "-"])
+    return rows
+
+
+def write(manifests: list[str], out: str, runs: list[str] = ()):
+    records = [read_json(p) for p in manifests]
+    by_chip = {}
+    for path in runs:   # the default tier's record, replaced by the full tier's where it ran
+        if os.path.exists(path):
+            r = read_json(path)
+            key = (path.split("/")[1], path.split("/")[3])
+            if key not in by_chip or r["tier"] == "full":
+                by_chip[key] = r
+    text = "# Build report\n\n" + table([row(r) for r in records])
+    costs = cost_rows(records, by_chip)
+    if costs:
+        text += ("\n## Encoder/decoder cost per call\n\n"
+                 + table(costs, COST))
     with atomic_path(out) as tmp:
         tmp.write_text(text)
     print(text)

@@ -16,6 +16,7 @@ import numpy as np
 MODEL_TYPES = ("tiny", "tiny.en", "base", "base.en", "small", "small.en", "medium", "medium.en", "large")
 SOT_EN, EOT_EN = (50257, 50362), 50256                       # InitSotSequence: *.en
 SOT_MULTI, EOT_MULTI = (50258, 50259, 50359, 50363), 50257   # multilingual: sot, <|en|>, transcribe, notimestamps
+LANGUAGE_0 = 50259                                            # <|en|>, the first language token
 
 
 class ContractError(ValueError):
@@ -61,8 +62,8 @@ class Contract:
                 raise ContractError(f"decoder has no tensor '{name}'")
         self.mask_size = decoder.shape(f"{p}_mask")[0]
         self.vocab = decoder.shape(f"{p}_logits")[-1]
-        multi = not self.model_type.endswith(".en")
-        self.sot, self.eot = (SOT_MULTI, EOT_MULTI) if multi else (SOT_EN, EOT_EN)
+        self.multilingual = not self.model_type.endswith(".en")
+        self.sot, self.eot = (SOT_MULTI, EOT_MULTI) if self.multilingual else (SOT_EN, EOT_EN)
 
 
 def run_io_bytes(model) -> int:
@@ -77,8 +78,9 @@ def _np_dtype(dtype: str):
 
 
 def recognize(encoder, decoder, features: np.ndarray, timings: dict | None = None) -> list[int]:
-    """OfflineWhisperModelQnn::Impl::Run for English (no language detection): features (frames, n_mels),
-    already normalised; returns the generated token ids (greedy search, no SOT, no EOT)."""
+    """OfflineWhisperModelQnn::Impl::Run with the default config (task transcribe, no language given, so a
+    multilingual model detects it): features (frames, n_mels), already normalised; returns the generated
+    token ids (greedy search, no SOT, no EOT)."""
     c = Contract(encoder, decoder)
     p, L, D, n_ctx = c.prefix, c.layers, c.state, c.mask_size
     num_frames = min(len(features), c.num_frames)          # longer input is truncated (the runtime warns)
@@ -113,8 +115,13 @@ def recognize(encoder, decoder, features: np.ndarray, timings: dict | None = Non
         mask[offset] = 0
         return logits
 
-    started, calls, offset, logits = time.monotonic(), 0, 0, None
-    for token in c.sot:
+    started, calls, offset, logits, sot = time.monotonic(), 0, 0, None, list(c.sot)
+    if c.multilingual:   # DetectLanguage: SOT alone at offset 0 on the empty cache, argmax over language ids
+        first = step(sot[0], 0)
+        self_kv[:], mask[:] = 0, 1   # the detection call leaves cache and mask as they were
+        languages = range(LANGUAGE_0, LANGUAGE_0 + c.vocab - 51765 - 1)   # whisper: 99 (100 for large-v3)
+        sot[1], calls = max(languages, key=lambda i: first[i]), 1
+    for token in sot:
         logits, offset, calls = step(token, offset), offset + 1, calls + 1
     tokens, idx = [], int(np.argmax(logits))
     while offset < num_possible and idx != c.eot:

@@ -9,7 +9,7 @@ import time
 
 from doit.tools import config_changed
 
-from toolchain import compare, netrun, ort_qnn, paths, qairt
+from toolchain import compare, netrun, ort_qnn, paths, qairt, sherpa_run
 from toolchain.export import io_record
 from toolchain.files import read_json, sha256, write_json
 from toolchain.worker import StageFailed, load_module, run
@@ -18,6 +18,8 @@ from toolchain.worker import StageFailed, load_module, run
 def tasks(project, tier: str):
     tool = ort_qnn.version()
     for model, chip in project.model_chips():
+        if tier == "full" and sherpa_run.wanted(model):   # its full tier is the runtime's own loop
+            continue
         settings = dict(model.verify)
         clips = () if tier == "full" else settings["clips"]
         graphs = {g.name: {"onnx": paths.simplified(model, g), "context": paths.context_model(model, g, chip),
