@@ -198,3 +198,25 @@ def test_read_back_mismatch_names_the_tensor_expected_and_found():
     found = io_problems("inputs", [["tiny.en-mel", [1, 3000, 80], "float32"]], want)
     assert found == ["input tiny_en_mel: expected [1, 3000, 80] float32, not in the binary",
                      "input tiny.en-mel: in the binary, not declared"]
+
+
+def test_qairt_binaries_read_back_in_the_contract_and_ship(tmp_path, reduced, monkeypatch):
+    """toolchain = "qairt": sherpa's ONNX layout, the converter (stand-in SDK, tests/sdk_standin.py) swaps
+    3-D inputs; the read-back shows the runtime's layout and the sherpa bundle ships."""
+    from test_qairt import sdk_env
+    sdk_env(monkeypatch, tmp_path)
+    p = _project(tmp_path / "proj", reduced, layout="onnx", toolchain="qairt")
+    rc, executed, text = p.run("bundle:whisper-tiny.en@SM8750")
+    assert rc == 0, text
+    chip = p.root / "build/whisper-tiny.en/qairt/SM8750"
+    enc = json.loads((chip / "encoder.compile.json").read_text())["info"]["graphs"][0]
+    dec = json.loads((chip / "decoder.compile.json").read_text())["info"]["graphs"][0]
+    assert [(t["name"], t["shape"]) for t in enc["inputs"]] == [("tiny_en_mel", [1, 300, 80])]
+    assert {t["name"]: t["shape"] for t in enc["outputs"]}["cross_v_3"] == [1, 150, 384]
+    ins = {t["name"]: t["shape"] for t in dec["inputs"]}
+    assert ins["tiny_en_self_k_0"] == [1, 384, 64] and ins["tiny_en_cross_k_0"] == [1, 384, 150]
+    assert ins["tiny_en_mask"] == [64]
+    record = json.loads((chip / "bundle.json").read_text())
+    assert record["bundles"]["sherpa-onnx"]["shipped"], record
+    onnx_in = json.loads((p.root / "build/whisper-tiny.en/encoder/inspect.json").read_text())["io"]["inputs"]
+    assert onnx_in[0][1] == [1, 80, 300]   # sherpa's own ONNX layout went into the converter

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from doit.tools import config_changed
 
-from toolchain import bundle, ort_qnn, paths, sherpa_whisper
+from toolchain import bundle, ort_qnn, paths, qairt, sherpa_whisper
 from toolchain.export import io_record
 from toolchain.files import write_json
 from toolchain.worker import StageFailed, load_module, run
@@ -34,8 +34,12 @@ def tasks(project, tier: str):
                   "metric": dict(model.metric)}
         onnx = {g.name: paths.simplified(model, g) for g in model.graphs}
         out, log = paths.sherpa_run(model, chip, tier), paths.sherpa_run_log(model, chip, tier)
+        # The runtime libraries of the SDK that built the binaries (same family for build and runtime):
+        # the wheel's for the embedded compiler, the SDK's x86_64 ones for QAIRT-built binaries.
+        libs = {"backend_lib": project.qairt_sdk.host_lib("libQnnHtp.so"), "system_lib": project.qairt_sdk.host_lib(
+            "libQnnSystem.so")} if model.toolchain == qairt.NAME else {"backend_lib": None, "system_lib": None}
         kwargs = {"bundle": paths.sherpa_bundle(model, chip), "module_file": model.module_file, "onnx": onnx,
-                  "io": {g.name: io_record(g) for g in model.graphs}, "checks": checks, "out": out}
+                  "io": {g.name: io_record(g) for g in model.graphs}, "checks": checks, "libs": libs, "out": out}
         what = "all test_wavs, WER" if tier == "full" else f"clips {', '.join(checks['clips'])}"
         yield {"name": f"{model.name}@{chip.name}",
                "doc": f"{model.name} on {chip.name}: sherpa-onnx's Whisper loop on the unpacked bundle through "
@@ -43,10 +47,11 @@ def tasks(project, tier: str):
                "file_dep": [kwargs["bundle"], model.module_file, *onnx.values()],
                "targets": [out, log], "clean": True,
                "actions": [(run, ("toolchain.sherpa_run:check", kwargs, log))],
-               "uptodate": [config_changed({"checks": checks, "tool": ort_qnn.version()})]}
+               "uptodate": [config_changed({"checks": checks, "tool": ort_qnn.version()
+                                            if model.toolchain != qairt.NAME else project.qairt_sdk.record()})]}
 
 
-def check(bundle: str, module_file: str, onnx: dict, io: dict, checks: dict, out: str):
+def check(bundle: str, module_file: str, onnx: dict, io: dict, checks: dict, out: str, libs: dict | None = None):
     from toolchain import qnnrun
     module = load_module(module_file)
     with tempfile.TemporaryDirectory() as tmp:
@@ -63,7 +68,8 @@ def check(bundle: str, module_file: str, onnx: dict, io: dict, checks: dict, out
         cpu = {g: ort_qnn.cpu(p) for g, p in onnx.items()}
         layout = "qnn" if io["encoder"]["inputs"][0][1][2] in (80, 128) else "onnx"
         ref_models = [sherpa_whisper.GraphRun(lambda g, f: cpu[g](f), g, io[g], layout) for g in ("encoder", "decoder")]
-        with qnnrun.QnnModel(str(top / "encoder.bin")) as enc, qnnrun.QnnModel(str(top / "decoder.bin")) as dec:
+        with qnnrun.QnnModel(str(top / "encoder.bin"), **(libs or {})) as enc, \
+                qnnrun.QnnModel(str(top / "decoder.bin"), **(libs or {})) as dec:
             try:
                 sherpa_whisper.Contract(enc, dec)   # what the runtime checks at load time
             except sherpa_whisper.ContractError as err:
