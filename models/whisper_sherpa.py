@@ -226,22 +226,31 @@ def evaluate(run, clips: list, io: dict) -> dict:
     return {"clips": result, "wer": float(jiwer.wer(refs, hyps))}
 
 
+class _Enough(Exception):
+    """Stops the loop once the calls wanted are recorded."""
+
+
+class _Recorder(sherpa_whisper.GraphRun):
+    """A GraphRun that keeps the feeds of its first `limit` calls, then stops the loop."""
+
+    def __init__(self, run, graph: str, io: dict, layout: str, limit: int):
+        super().__init__(run, graph, io, layout)
+        self.limit, self.calls = limit, []
+
+    def run(self) -> None:
+        if len(self.calls) == self.limit:
+            raise _Enough
+        self.calls.append({n: self._feeds[n].copy() for n in self.input_names})
+        super().run()
+
+
 def graph_feeds(run, sample, io: dict, steps: int = 3) -> dict:
-    """The clip's encoder feeds and the first `steps` decoder calls of the host loop, recorded."""
-    encoder, decoder = _pair(run, io)
-    record = {"encoder": [], "decoder": []}
-    for graph, name in ((encoder, "encoder"), (decoder, "decoder")):
-        real_run = graph.run
-
-        def recording(graph=graph, name=name, real_run=real_run):
-            if len(record[name]) >= (1 if name == "encoder" else steps):
-                raise StopIteration
-            record[name].append({n: graph._feeds[n].copy() for n in graph.input_names})
-            real_run()
-        graph.run = recording
+    """The clip's encoder feeds and the first `steps` decoder calls of the runtime's loop."""
+    layout = _layout(io["encoder"]["inputs"][0][1])
+    enc = _Recorder(run, "encoder", io["encoder"], layout, 1)
+    dec = _Recorder(run, "decoder", io["decoder"], layout, steps)
     try:
-        sherpa_whisper.recognize(encoder, decoder, features(sample[1] if sample else None))
-    except StopIteration:
+        sherpa_whisper.recognize(enc, dec, features(sample[1] if sample else None))
+    except _Enough:
         pass
-    return record
-
+    return {"encoder": enc.calls, "decoder": dec.calls}
