@@ -49,7 +49,7 @@ def tasks(project):
                "doc": f"{model.name} on {chip.name}: phone bundles "
                       f"({', '.join(KINDS[k] for k in shipped) or 'none'}) + bundle record"
                       + ("" if kwargs["sherpa_out"] else " [no sherpa-onnx bundle: see bundle.json]"),
-               "file_dep": [kwargs["manifest"], kwargs["runtime"], model.module_file,
+               "file_dep": [kwargs["manifest"], kwargs["runtime"], *model.code_files,
                             *[p for g in graphs.values() for p in g.values() if p], *compare.data_files(model.data_dir)],
                "targets": [kwargs["out"], log] + [kwargs[k] for k in shipped], "clean": True,
                "actions": [(run, ("toolchain.bundle:build", kwargs, log))],
@@ -57,7 +57,8 @@ def tasks(project):
                                             "bundles": [kwargs[k] for k in shipped]})]}
 
 
-def build(model, chip, toolchain, graphs, manifest, runtime, module_file, data_dir, plan, io, ort_out, sherpa_out, out):
+def build(model, chip, toolchain, graphs, manifest, runtime, module_file, data_dir, plan, ort_out, sherpa_out, out,
+          io=None):
     """Check the binaries against the manifest, then write the bundles and the record."""
     man, libs = read_json(manifest), read_json(runtime)
     for g, b in man["binaries"].items():   # never ship a binary that changed after it was verified

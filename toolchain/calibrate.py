@@ -39,7 +39,7 @@ def tasks(project):
                       "layout": layout, "held_out": list(dict(model.verify)["clips"])}
             yield {"name": f"{model.name}/{graph.name}",
                    "doc": f"{model.name}/{graph.name}: {graph.calibration} real calibration inputs (raw + input list)",
-                   "file_dep": [model.module_file, *onnx_files.values(), *compare.data_files(model.data_dir)],
+                   "file_dep": [*model.code_files, *onnx_files.values(), *compare.data_files(model.data_dir)],
                    "targets": [f"{folder}/input_list.txt", f"{folder}/calibration.json", *raws,
                                f"{folder}.log"],
                    "clean": True,

@@ -23,7 +23,7 @@ def tasks(project):
         kwargs = {"spec_file": model.spec_file, "module_file": model.module_file, "parts": list(ck.parts or [ck.path]),
                   "pinned": ck.sha256, "fmt": ck.format, "out": out}
         yield {"name": model.name, "doc": f"{model.name}: {DOC}",
-               "file_dep": [*(ck.parts or [ck.path]), model.module_file], "targets": [out, log], "clean": True,
+               "file_dep": [*(ck.parts or [ck.path]), *model.code_files], "targets": [out, log], "clean": True,
                "actions": [(run, ("toolchain.checkpoint:prepare", kwargs, log))],
                "uptodate": [config_changed(settings)]}
 

@@ -38,7 +38,7 @@ def tasks(project):
             yield {"name": f"{model.name}/{graph.name}",
                    "doc": f"{model.name}/{graph.name}: checkpoint -> ONNX ({settings_export['exporter']}, "
                           f"opset {settings_export['opset']}), batch 1, static shapes",
-                   "file_dep": [paths.checkpoint(model), model.module_file],
+                   "file_dep": [paths.checkpoint(model), *model.code_files],
                    "targets": [out, record, log], "clean": True,
                    "actions": [(run, ("toolchain.export:export", kwargs, log))],
                    "uptodate": [config_changed(settings)]}

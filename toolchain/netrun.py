@@ -34,7 +34,7 @@ def verify_task(project, model, chip, checks: dict) -> dict:
     return {"name": f"{model.name}@{chip.name}",
             "doc": f"{model.name} on {chip.name}: qnn-net-run (x86_64 HTP) vs CPU ONNX, {tier} tier ({what}) "
                    f"[qairt {sdk.build_id}]",
-            "file_dep": [model.module_file, *[p for g in graphs.values() for p in g.values()],
+            "file_dep": [*model.code_files, *[p for g in graphs.values() for p in g.values()],
                          *compare.data_files(model.data_dir)],
             "targets": [out, log], "clean": True,
             "actions": [(run, ("toolchain.verify:check", kwargs, log))],

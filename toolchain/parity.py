@@ -26,7 +26,7 @@ def tasks(project):
         yield {"name": model.name,
                "doc": f"{model.name}: ONNX on CPU vs PyTorch on real inputs (max_abs {settings['max_abs']}"
                       f"{', task metric' if model.data_dir else ''})",
-               "file_dep": [*checkpoint, model.module_file, *onnx_files.values(),
+               "file_dep": [*checkpoint, *model.code_files, *onnx_files.values(),
                             *compare.data_files(model.data_dir)],
                "targets": [out, out[:-5] + ".log"], "clean": True,
                "actions": [(run, ("toolchain.parity:check", kwargs, out[:-5] + ".log"))],

@@ -44,7 +44,7 @@ def tasks(project, tier: str):
         yield {"name": f"{model.name}@{chip.name}",
                "doc": f"{model.name} on {chip.name}: sherpa-onnx's Whisper loop on the unpacked bundle through "
                       f"the QNN C API (HTP simulator) vs CPU ONNX, {tier} tier ({what})",
-               "file_dep": [kwargs["bundle"], model.module_file, *onnx.values()],
+               "file_dep": [kwargs["bundle"], *model.code_files, *onnx.values()],
                "targets": [out, log], "clean": True,
                "actions": [(run, ("toolchain.sherpa_run:check", kwargs, log))],
                "uptodate": [config_changed({"checks": checks, "tool": ort_qnn.version()

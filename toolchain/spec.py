@@ -111,6 +111,12 @@ class Model:
     metric: tuple[tuple[str, object], ...]
     graphs: tuple[Graph, ...]
     bundle_name: str = ""  # the name in bundle file names (sherpa-onnx's), when not the model's
+    uses: tuple[str, ...] = ()   # other model-code files the module imports (dependencies of its tasks)
+
+    @property
+    def code_files(self) -> list[str]:
+        """The model's own code: its module and the files it imports."""
+        return [self.module_file, *self.uses]
 
     def graph(self, name: str) -> Graph:
         return next(g for g in self.graphs if g.name == name)
@@ -166,6 +172,10 @@ def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
     module_file = here / f"{module}.py"
     if not module_file.is_file():
         top.fail("module", f"no export code at {module_file}; write models/{module}.py")
+    uses = tuple(str(here / str(u)) for u in top.opt("uses", list, []))
+    for used in uses:
+        if not Path(used).is_file():
+            top.fail("uses", f"no file {used} (model code the module imports, relative to the spec)")
 
     lic = top.sub("license")
     license_ = (("name", lic.req("name", str)), ("url", lic.opt("url", str, "")), ("note", lic.opt("note", str, "")))
@@ -245,7 +255,7 @@ def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
     toolchain = resolve_toolchain(top.opt("toolchain", str, "ort-qnn", TOOLCHAINS + ("auto",)))
     top.done()
     return Model(name=name, spec_file=file, module_file=str(module_file), description=description,
-                 bundle_name=bundle_name, license=license_, toolchain=toolchain, chips=chip_names, checkpoint=checkpoint,
+                 bundle_name=bundle_name, uses=uses, license=license_, toolchain=toolchain, chips=chip_names, checkpoint=checkpoint,
                  data_dir=data_dir, export=tuple(export_settings.items()),
                  compile=tuple(compile_settings.items()), parity=tuple(parity_settings.items()),
                  verify=tuple(verify_settings.items()), metric=tuple(sorted(metric.data.items())),

@@ -40,7 +40,7 @@ def tasks(project, tier: str):
         what = "all clips, WER" if tier == "full" else f"clips {', '.join(clips) or '(generated inputs)'}"
         yield {"name": f"{model.name}@{chip.name}",
                "doc": f"{model.name} on {chip.name}: HTP simulator vs CPU ONNX, {tier} tier ({what})",
-               "file_dep": [model.module_file, *[p for g in graphs.values() for p in g.values()],
+               "file_dep": [*model.code_files, *[p for g in graphs.values() for p in g.values()],
                             *compare.data_files(model.data_dir)],
                "targets": [out, log], "clean": True,
                "actions": [(run, ("toolchain.verify:check", kwargs, log))],
