@@ -47,7 +47,7 @@ def _project(root: Path, ckpt: Path, **kw) -> Project:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, reduced) -> Project:
     p = _project(tmp_path_factory.mktemp("sherpa") / "proj", reduced)
-    rc, executed, text = p.run("sherpa")
+    rc, executed, text = p.run("sherpa", "chip_index")
     assert rc == 0, text
     assert {"compile:whisper-tiny.en/decoder@SM8750", "bundle:whisper-tiny.en@SM8750",
             "sherpa:whisper-tiny.en@SM8750"} <= set(executed)
@@ -80,6 +80,26 @@ def test_sherpa_bundle_layout_and_tokens(built):
     assert len(table) == 50256 and table[1514] == b" Go"   # gpt2 ranks, base64 in the file
     record = json.loads((built.root / CHIP / "bundle.json").read_text())
     assert record["bundles"]["sherpa-onnx"]["shipped"] and record["bundles"]["sherpa-onnx"]["family"] == "whisper"
+    index = json.loads((built.root / "build/chip-index.json").read_text())
+    entry = index["models"]["whisper-tiny.en"]["SM8750"]["bundles"]["sherpa-onnx"]
+    assert entry["path"] == BUNDLE[len("build/"):] and entry["sha256"] == sha256(built.root / BUNDLE)
+
+
+def test_the_imported_model_code_is_a_dependency(built):
+    """whisper_sherpa.py imports whisper_npu.py (`uses`): editing it reruns the tasks running model code."""
+    p = built
+    npu = p.root / "models/whisper_npu.py"
+    saved = npu.read_text()
+    try:
+        npu.write_text(saved + "\n# edited\n")
+        done = p.doit_cli("list", "--all", "--status")
+        assert done.returncode == 0, done.stderr
+        stale = {line.split()[1] for line in done.stdout.splitlines() if line.startswith("R ")}
+        assert {"checkpoint:whisper-tiny.en", "export:whisper-tiny.en/encoder", "parity:whisper-tiny.en",
+                "verify:whisper-tiny.en@SM8750", "sherpa:whisper-tiny.en@SM8750"} <= stale
+        assert "compile:whisper-tiny.en/encoder@SM8750" not in stale   # compile reads only the ONNX
+    finally:
+        npu.write_text(saved)
 
 
 def test_runtime_loop_on_the_unpacked_bundle_matches_the_cpu(built):

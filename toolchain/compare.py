@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import time
 from pathlib import Path
 
 import numpy as np
@@ -11,14 +12,18 @@ def tensor_errors(reference, candidate, feeds_by_graph: dict) -> dict:
     """Per graph: the worst max-abs error and max-abs error relative to the reference's range."""
     result = {}
     for graph, feeds_list in feeds_by_graph.items():
-        worst_abs, worst_rel = 0.0, 0.0
+        worst_abs, worst_rel, seconds = 0.0, 0.0, 0.0
         for feeds in feeds_list:
-            ref, got = reference(graph, feeds), candidate(graph, feeds)
+            ref = reference(graph, feeds)
+            started = time.monotonic()
+            got = candidate(graph, feeds)
+            seconds += time.monotonic() - started
             for name, want in ref.items():
                 err = float(np.max(np.abs(want.astype(np.float64) - got[name].astype(np.float64))))
                 scale = float(np.max(np.abs(want))) or 1.0
                 worst_abs, worst_rel = max(worst_abs, err), max(worst_rel, err / scale)
-        result[graph] = {"max_abs": worst_abs, "max_rel": worst_rel, "calls": len(feeds_list)}
+        result[graph] = {"max_abs": worst_abs, "max_rel": worst_rel, "calls": len(feeds_list),
+                         "seconds_per_call": round(seconds / max(len(feeds_list), 1), 3)}   # the candidate's
     return result
 
 

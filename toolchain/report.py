@@ -55,10 +55,16 @@ def cost_rows(manifests: list[dict], runs: dict) -> list[list[str]]:
                      " / ".join(mb(manifest.io_bytes(m["graphs"][g]["io"])) for g in ("encoder", "decoder")),
                      " / ".join(mb(m["binaries"][g]["bytes"]) for g in ("encoder", "decoder")),
                      "sherpa-onnx (QNN C API)" if run else "onnxruntime EP (verify)",
-                     f"{run['cost']['sim_seconds_per_encoder_call']:.1f}" if run else "-",
-                     f"{run['cost']['sim_seconds_per_decoder_call']:.2f}" if run else "-",
+                     f"{run['cost']['sim_seconds_per_encoder_call']:.1f}" if run else _per_call(m, "encoder", 1),
+                     f"{run['cost']['sim_seconds_per_decoder_call']:.2f}" if run else _per_call(m, "decoder", 2),
                      run["task"]["summary"] if run else "-"])
     return rows
+
+
+def _per_call(m: dict, graph: str, digits: int) -> str:
+    """Simulator seconds per call of the verify stage's tensor check (onnxruntime's QNN EP)."""
+    t = m["verify"]["default"]["tensors"][graph].get("seconds_per_call")
+    return "-" if t is None else f"{t:.{digits}f}"
 
 
 def write(manifests: list[str], out: str, runs: list[str] = ()):
