@@ -149,8 +149,8 @@ def test_a_sherpa_bundle_ships_only_when_the_binaries_meet_the_contract(built, t
     bundle.build(**kwargs)
     top = "sherpa-onnx-qnn-SM8750-binary-ctc"
     assert tarball.names(kwargs["sherpa_out"]) == [top, f"{top}/test_wavs"] + [
-        f"{top}/{n}" for n in ("LICENSE", "QNN-RUNTIME-LICENSE.txt", "README.md", "info.txt", "model.bin",
-                               "runtime-libraries.json", "test_wavs/0.wav", "tokens.txt")]
+        f"{top}/{n}" for n in ("LICENSE", "QNN-RUNTIME-LICENSE.txt", "README.md", "info.txt", "manifest.json",
+                               "model.bin", "runtime-libraries.json", "test_wavs/0.wav", "tokens.txt")]
     shipped = json.loads((tmp_path / "bundle.json").read_text())["bundles"]["sherpa-onnx"]
     assert shipped["shipped"] and shipped["family"] == "zipformer-ctc"
 

@@ -74,7 +74,8 @@ def test_sherpa_bundle_layout_and_tokens(built):
     names = tarball.names(built.root / BUNDLE)
     top = "sherpa-onnx-qnn-SM8750-binary-whisper-tiny.en"
     assert {f"{top}/{n}" for n in ("encoder.bin", "decoder.bin", "tokens.txt", "test_wavs/goforward.wav",
-                                   "test_wavs/refs.tsv", "info.txt", "LICENSE", "runtime-libraries.json")} <= set(names)
+                                   "test_wavs/refs.tsv", "info.txt", "LICENSE", "runtime-libraries.json",
+                                   "manifest.json")} <= set(names)
     unpacked = tarball.extract(built.root / BUNDLE, built.root.parent / "unpacked")
     table = sherpa_whisper.read_tokens(str(unpacked / "tokens.txt"))
     assert len(table) == 50256 and table[1514] == b" Go"   # gpt2 ranks, base64 in the file

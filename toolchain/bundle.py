@@ -14,7 +14,7 @@ from toolchain.export import io_record
 from toolchain.files import read_json, sha256, write_json
 from toolchain.worker import StageFailed, load_module, run
 
-FORMAT = 1                                          # bump when a bundle's layout changes: every bundle rebuilds
+FORMAT = 2                                          # bump when a bundle's layout changes: every bundle rebuilds
 TOKENS_HOOK = re.compile(r"^def write_tokens\(", re.M)   # models/<m>.py may write a tokens.txt
 KINDS = {"ort_out": "onnxruntime", "sherpa_out": "sherpa-onnx"}
 
@@ -90,8 +90,9 @@ def build(model, chip, toolchain, graphs, manifest, runtime, module_file, data_d
                               + "; ".join(found))
         order = sherpa.ORDER[family]
         members = {**common, "info.txt": _info(man, list(order)).encode(), "README.md": sherpa_readme(order).encode(),
-                   **{f"{g}.bin": graphs[g]["binary"] for g in order},
-                   **{f"test_wavs/{Path(k).name}": v for k, v in data.items() if k.endswith((".wav", "refs.tsv"))}}
+                   "manifest.json": manifest, **{f"{g}.bin": graphs[g]["binary"] for g in order},
+                   **{f"test_wavs/{Path(k).name}": v for k, v in data.items()
+                      if k.endswith((".wav", "refs.tsv", "PROVENANCE.md"))}}
         record["bundles"]["sherpa-onnx"] = {**_write(sherpa_out, members), "family": family}
     else:
         record["bundles"]["sherpa-onnx"] = {"shipped": False, "family": plan["family"], "reasons": plan["sherpa_reasons"]}
