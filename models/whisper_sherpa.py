@@ -193,7 +193,8 @@ def features(wav: str | None) -> np.ndarray:
     return log_mel_spectrogram(torch.from_numpy(audio)).numpy().T.astype(np.float32)
 
 
-def _pair(run, io: dict) -> tuple:
+def graphs(run, io: dict) -> tuple:
+    """(encoder, decoder) with sherpa's QnnModel interface over run(graph, feeds), for the runtime's loop."""
     layout = _layout(io["encoder"]["inputs"][0][1])
     return (sherpa_whisper.GraphRun(run, "encoder", io["encoder"], layout),
             sherpa_whisper.GraphRun(run, "decoder", io["decoder"], layout))
@@ -212,18 +213,24 @@ def write_tokens(path: str, io: dict) -> None:
 
 def evaluate(run, clips: list, io: dict) -> dict:
     """Transcribe each clip with sherpa-onnx's own host loop over `run`; pooled normalised WER."""
+    table = sherpa_whisper.read_tokens(tokens_file(io["decoder"]["outputs"][0][1][-1]))
+    return transcribe(*graphs(run, io), clips, table)
+
+
+def transcribe(encoder, decoder, clips: list, table: dict) -> dict:
+    """The runtime's loop over two graphs (QnnModel or GraphRun) for each clip: texts, tokens, the pooled
+    normalised WER and per-clip timings."""
     import jiwer
     from whisper.normalizers import EnglishTextNormalizer
-    encoder, decoder = _pair(run, io)
-    table = sherpa_whisper.read_tokens(tokens_file(io["decoder"]["outputs"][0][1][-1]))
-    norm, result, refs, hyps = EnglishTextNormalizer(), {}, [], []
+    norm, result, timings, refs, hyps = EnglishTextNormalizer(), {}, {}, [], []
     for clip_id, wav, ref in clips:
-        tokens = sherpa_whisper.recognize(encoder, decoder, features(wav))
+        timings[clip_id] = {}
+        tokens = sherpa_whisper.recognize(encoder, decoder, features(wav), timings[clip_id])
         text = sherpa_whisper.detokenize(tokens, table).strip()
         result[clip_id] = {"text": text, "tokens": tokens}
         refs.append(norm(ref))
         hyps.append(norm(text))
-    return {"clips": result, "wer": float(jiwer.wer(refs, hyps))}
+    return {"clips": result, "wer": float(jiwer.wer(refs, hyps)), "timings": timings}
 
 
 class _Enough(Exception):

@@ -66,15 +66,14 @@ def check(bundle: str, module_file: str, onnx: dict, io: dict, checks: dict, out
                 raise StageFailed(f"{bundle}: test_wavs/ has no clip(s) {sorted(missing)}")
         table = sherpa_whisper.read_tokens(str(top / "tokens.txt"))
         cpu = {g: ort_qnn.cpu(p) for g, p in onnx.items()}
-        layout = "qnn" if io["encoder"]["inputs"][0][1][2] in (80, 128) else "onnx"
-        ref_models = [sherpa_whisper.GraphRun(lambda g, f: cpu[g](f), g, io[g], layout) for g in ("encoder", "decoder")]
         with qnnrun.QnnModel(str(top / "encoder.bin"), **(libs or {})) as enc, \
                 qnnrun.QnnModel(str(top / "decoder.bin"), **(libs or {})) as dec:
             try:
                 sherpa_whisper.Contract(enc, dec)   # what the runtime checks at load time
             except sherpa_whisper.ContractError as err:
                 raise StageFailed(f"{bundle}: sherpa-onnx would refuse these binaries: {err}") from None
-            ref, got = _transcribe(module, ref_models, clips, table), _transcribe(module, (enc, dec), clips, table)
+            ref = module.transcribe(*module.graphs(lambda g, f: cpu[g](f), io), clips, table)
+            got = module.transcribe(enc, dec, clips, table)
             cost = {"encoder_io_bytes": enc.buffer_bytes, "decoder_io_bytes_per_call": dec.buffer_bytes,
                     "binary_bytes": {"encoder": (top / "encoder.bin").stat().st_size,
                                      "decoder": (top / "decoder.bin").stat().st_size}}
@@ -91,22 +90,6 @@ def check(bundle: str, module_file: str, onnx: dict, io: dict, checks: dict, out
     if failures:
         raise StageFailed(f"{bundle}: the runtime loop on the binaries vs on the CPU ONNX: " + "; ".join(failures))
     write_json(out, record)
-
-
-def _transcribe(module, models, clips, table) -> dict:
-    """module.evaluate()'s record shape (clips, wer), from the runtime loop over `models`."""
-    import jiwer
-    from whisper.normalizers import EnglishTextNormalizer
-    encoder, decoder = models
-    norm, result, timings, refs, hyps = EnglishTextNormalizer(), {}, {}, [], []
-    for clip_id, wav, ref in clips:
-        timing = {}
-        tokens = sherpa_whisper.recognize(encoder, decoder, module.features(wav), timing)
-        text = sherpa_whisper.detokenize(tokens, table).strip()
-        result[clip_id], timings[clip_id] = {"text": text, "tokens": tokens}, timing
-        refs.append(norm(ref))
-        hyps.append(norm(text))
-    return {"clips": result, "wer": float(jiwer.wer(refs, hyps)), "timings": timings}
 
 
 def _mean(values) -> float:

@@ -66,17 +66,6 @@ class Contract:
         self.sot, self.eot = (SOT_MULTI, EOT_MULTI) if self.multilingual else (SOT_EN, EOT_EN)
 
 
-def run_io_bytes(model) -> int:
-    """Bytes of one call's inputs and outputs (sherpa's QnnModel allocates exactly this, copied every call)."""
-    return int(sum(np.prod(model.shape(n)) * np.dtype(_np_dtype(model.dtype(n))).itemsize
-                   for n in [*model.input_names, *model.output_names]))
-
-
-def _np_dtype(dtype: str):
-    return {"float32": np.float32, "int32": np.int32, "float16": np.float16, "ufixed16": np.uint16,
-            "ufixed8": np.uint8}.get(dtype, np.float32)
-
-
 def recognize(encoder, decoder, features: np.ndarray, timings: dict | None = None) -> list[int]:
     """OfflineWhisperModelQnn::Impl::Run with the default config (task transcribe, no language given, so a
     multilingual model detects it): features (frames, n_mels), already normalised; returns the generated
