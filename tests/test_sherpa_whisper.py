@@ -192,6 +192,7 @@ def test_a_prefix_the_runtime_rejects_is_refused_before_compiling(tmp_path, redu
     p.edit("models/whisper-tiny.en.toml", 'prefix = "tiny_en"', 'prefix = "medium_aishell"')
     rc, executed, text = p.run("compile:whisper-tiny.en/encoder@SM8750")
     assert rc != 0 and "medium_aishell" in text and "names no Whisper model type" in text
+    assert "Traceback" not in text and "whisper_sherpa.py: export of graph" in text
     assert not [t for t in executed if t.startswith("compile:")]
 
 

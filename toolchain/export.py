@@ -9,7 +9,7 @@ from doit.tools import config_changed
 
 from toolchain import paths
 from toolchain.files import atomic_path, write_json
-from toolchain.worker import load_module, run
+from toolchain.worker import StageFailed, load_module, run
 
 
 def tool_version() -> dict:
@@ -87,7 +87,10 @@ def export(module_file: str, checkpoint: str, graph: str, settings: dict, out: s
     module = load_module(module_file)
     started = time.monotonic()
     with atomic_path(out) as tmp:
-        module.export(checkpoint, graph, str(tmp), settings)
+        try:
+            module.export(checkpoint, graph, str(tmp), settings)
+        except ValueError as err:   # the model code refusing its settings or checkpoint: one line, no frames
+            raise StageFailed(f"{module_file}: export of graph '{graph}': {err}") from None
     write_json(record, {"seconds": round(time.monotonic() - started, 2), "settings": settings,
                         "tool": tool_version(), "commit": repo_commit()})
 
