@@ -17,7 +17,7 @@ from typing import NamedTuple
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests/fixtures"
 sys.path.insert(0, str(ROOT))
-from toolchain import chips as chip_table  # noqa: E402  (the repository's, wherever this runs from)
+from toolchain.spec import chips as chip_table  # noqa: E402  (the repository's, wherever this runs from)
 
 ALL_CHIPS = list(chip_table.load())   # 10 rows; SM8350 has no fp16, so 10-chip builds use w8a16
 FP16_CHIPS = [c.name for c in chip_table.load().values() if c.fp16]

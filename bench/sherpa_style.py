@@ -9,36 +9,28 @@ bench/bench.py runs it once per chip, each time in a fresh folder, against one d
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import sys
 
-import toolchain.calibrate
-import toolchain.checkpoint
-import toolchain.compile
-import toolchain.export
-import toolchain.inspect
-import toolchain.manifest
-import toolchain.parity
-import toolchain.project
-import toolchain.quantize
-import toolchain.simplify
-import toolchain.verify
-from toolchain import worker
+from toolchain import pipeline
+from toolchain import project as projects
+from toolchain.engine import worker
+
+STEPS = ("checkpoint", "export", "simplify", "inspect", "parity", "calibrate", "quantize", "compile", "verify",
+         "manifest")   # what a per-chip CI script runs, in pipeline order
 
 
 def steps(project):
     """The task dicts of one build, in the order a script would run them."""
-    for module in (toolchain.checkpoint, toolchain.export, toolchain.simplify, toolchain.inspect,
-                   toolchain.parity, toolchain.calibrate, toolchain.quantize, toolchain.compile):
-        yield from module.tasks(project)
-    yield from toolchain.verify.tasks(project, "default")
-    yield from toolchain.manifest.tasks(project)
+    for stage in pipeline.STAGES:
+        if stage.name in STEPS:
+            made = stage.tasks(project)
+            yield from [made] if isinstance(made, dict) else made
 
 
 def main(folder: str) -> int:
     os.chdir(folder)
-    project = toolchain.project.load("models")
+    project = projects.load("models")
     if len({c for m in project.models for c in m.chips}) != 1:
         print(f"{folder}: the models must list exactly one chip (one CI job = one chip)", file=sys.stderr)
         return 2
@@ -46,11 +38,10 @@ def main(folder: str) -> int:
         for action in task["actions"]:
             function, args, kwargs = (tuple(action) + ({},))[:3]
             if function is worker.run:   # a heavy step: here, in this process, output to its log
-                name, kw, log = args
-                module, _, attr = name.partition(":")
+                step, kw, log = args
                 os.makedirs(os.path.dirname(log), exist_ok=True)
                 with open(log, "w") as out, contextlib.redirect_stdout(out):
-                    getattr(importlib.import_module(module), attr)(**kw)
+                    step(**kw)
             elif function(*args, **kwargs) not in (None, True):
                 print(f"{task['name']}: failed", file=sys.stderr)
                 return 1

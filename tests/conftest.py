@@ -52,6 +52,7 @@ class Project:
         import doit.doit_cmd
         from doit.cmd_base import ModuleTaskLoader
         from doit.doit_cmd import DoitMain
+        from doit.exceptions import InvalidDodoFile
         cwd = os.getcwd()
         os.chdir(self.root)
         try:
@@ -59,12 +60,17 @@ class Project:
             for arg in args:
                 if "=" in arg and not arg.startswith("-"):
                     doit.doit_cmd.set_var(*arg.split("=", 1))
-            members = runpy.run_path(str(self.root / "dodo.py"))
             out = io.StringIO()
+            try:
+                members = runpy.run_path(str(self.root / "dodo.py"))
+            except InvalidDodoFile as err:   # as doit prints a mistake found while loading the dodo
+                sys.stderr.write(f"ERROR: {err}\n")
+                return 3, [], ""
             rc = DoitMain(ModuleTaskLoader(members), config_filenames=(),
                           extra_config={"GLOBAL": {"outfile": out}}).run(list(args))
         finally:
             os.chdir(cwd)
+            doit.doit_cmd.reset_vars()   # no variable leaks into the next load
         text = out.getvalue()
         return rc or 0, [line[3:] for line in text.splitlines() if line.startswith(".  ")], text
 

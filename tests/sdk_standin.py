@@ -20,7 +20,8 @@ ARCHES = (68, 69, 73, 75, 79, 81)
 MAGIC = b"QNN-STANDIN-CONTEXT\n"
 EM_AARCH64 = 183
 ONNX_DTYPES = {1: "float32", 10: "float16", 6: "int32", 7: "int64"}
-QNN_DTYPES = {"float32": "QNN_DATATYPE_FLOAT_32", "float16": "QNN_DATATYPE_FLOAT_16", "int32": "QNN_DATATYPE_INT_32"}
+QNN_DTYPES = {"float32": "QNN_DATATYPE_FLOAT_32", "float16": "QNN_DATATYPE_FLOAT_16", "int32": "QNN_DATATYPE_INT_32",
+              "ufixed16": "QNN_DATATYPE_UFIXED_POINT_16"}
 
 # libQnnHtp.so: QnnInterface_getProviders with backendGetBuildId at slot 4 of the function table,
 # the layout toolchain/qnnbin.py reads (QnnInterface_t: id, name, two versions, function table).
@@ -180,22 +181,35 @@ def netrun_parser():
 
 def convert(args, root, knobs):
     """Reads the ONNX, writes <out> (C source with the graph record), <stem>.bin (the ONNX as weights),
-    <stem>_net.json. 3-D inputs get their last two axes swapped, 4-D inputs NHWC, as the real one does."""
+    <stem>_net.json. As the real one does: 3-D inputs get their last two axes swapped, 4-D inputs NHWC;
+    tensor and graph names get every non-word character as '_'; with --input_list (calibration) it opens
+    every listed raw file from where it runs, and a float graph I/O becomes UFIXED_POINT_16 with a scale
+    and offset."""
     import importlib
+    import re
     import onnx
     importlib.import_module("qti.aisw.converters")   # fails without the SDK's lib/python on PYTHONPATH
     if args.use_native_input_files and not args.input_list:
         sys.exit("--use_native_input_files needs --input_list")
+    if args.input_list:
+        for line in Path(args.input_list).read_text().splitlines():
+            for raw in line.split():
+                if not Path(raw.split(":=")[-1]).is_file():
+                    sys.exit(f"ERROR: cannot open calibration input {raw} (from {os.getcwd()})")
     model = onnx.load(args.input_network)
     out = Path(args.output_path)
-    name = out.stem.replace("-", "_")
+    name = re.sub(r"\W", "_", out.stem)
 
     def tensors(values, permute):
         found = []
         for v in values:
             dims = [d.dim_value for d in v.type.tensor_type.shape.dim]
             perm = {3: [0, 2, 1], 4: [0, 2, 3, 1]}.get(len(dims)) if permute else None
-            found.append({"name": v.name, "dtype": ONNX_DTYPES[v.type.tensor_type.elem_type],
+            dtype = ONNX_DTYPES[v.type.tensor_type.elem_type]
+            quantized = args.input_list and dtype == "float32"
+            found.append({"name": re.sub(r"\W", "_", v.name), "onnx_name": v.name, "onnx_dtype": dtype,
+                          "dtype": "ufixed16" if quantized else dtype,
+                          **({"scale": 0.0001, "offset": -32768} if quantized else {}),
                           "dims": [dims[i] for i in perm] if perm else dims, "onnx_dims": dims})
         return found
     graph = {"name": name, "inputs": tensors(model.graph.input, True), "outputs": tensors(model.graph.output, False)}
@@ -283,7 +297,11 @@ def utility(args, root, knobs):
     header, _ = _read_binary(args.context_binary)
 
     def tensors(items):
-        return [{"info": {"id": i + 1, "name": t["name"], "dataType": QNN_DTYPES[t["dtype"]], "dimensions": t["dims"]}}
+        return [{"info": {"id": i + 1, "name": t["name"], "dataType": QNN_DTYPES[t["dtype"]], "dimensions": t["dims"],
+                          "quantizeParams": {"definition": "QNN_DEFINITION_DEFINED",
+                                             "quantizationEncoding": "QNN_QUANTIZATION_ENCODING_SCALE_OFFSET",
+                                             "scaleOffset": {"scale": t["scale"], "offset": t["offset"]}}
+                          if "scale" in t else {"definition": "QNN_DEFINITION_UNDEFINED"}}}
                 for i, t in enumerate(items)]
     info = {"buildId": header["buildId"], "socModel": header.get("socModel"),
             "graphs": [{"info": {"graphName": g["name"], "graphInputs": tensors(g["inputs"]),
@@ -293,7 +311,8 @@ def utility(args, root, knobs):
 
 def netrun(args, root, knobs):
     """Runs the graph kept in the binary on onnxruntime's CPU: float32 raw files in the QNN-side
-    layout in, <output_dir>/Result_<i>/<name>.raw (float32) out."""
+    layout in (quantized I/O too: qnn-net-run converts), <output_dir>/Result_<i>/<name>.raw (float32) out,
+    named as the converter named the tensor."""
     import numpy as np
     import onnxruntime as ort
     if Path(args.backend) != root / "lib" / HOST / "libQnnHtp.so":
@@ -306,10 +325,11 @@ def netrun(args, root, knobs):
         for t, path in zip(graph["inputs"], line.split()):
             data = np.fromfile(path.split(":=")[-1], np.float32).reshape(t["dims"])
             back = {3: [0, 2, 1], 4: [0, 3, 1, 2]}.get(len(t["dims"]))
-            feeds[t["name"]] = (data.transpose(back) if back else data).astype(t["dtype"])
+            feeds[t.get("onnx_name", t["name"])] = (data.transpose(back) if back else data).astype(
+                t.get("onnx_dtype", t["dtype"]))
         result = Path(args.output_dir) / f"Result_{i}"
         result.mkdir(parents=True, exist_ok=True)
-        for t, value in zip(graph["outputs"], session.run([t["name"] for t in graph["outputs"]], feeds)):
+        for t, value in zip(graph["outputs"], session.run([t.get("onnx_name", t["name"]) for t in graph["outputs"]], feeds)):
             np.asarray(value, np.float32).tofile(result / f"{t['name']}.raw")
     print(f"ran {args.retrieve_context}")
 

@@ -10,9 +10,11 @@ import pytest
 
 import sdk_standin as standin
 from conftest import Project
-from toolchain import bundle, ort_qnn, runtime_libs, selector, sherpa, tarball
-from toolchain.files import sha256
-from toolchain.worker import StageFailed
+from toolchain.stages import compare
+from toolchain.deploy import bundle, runtime_libs, selector, sherpa, tarball
+from toolchain.backends.ort_qnn import ep as ort_qnn
+from toolchain.engine.files import sha256
+from toolchain.engine.worker import StageFailed
 
 CHIP = "build/tiny/ort-qnn/SM8750"
 ORT = f"{CHIP}/bundle/onnxruntime-qnn-SM8750-tiny.tar.bz2"
@@ -52,7 +54,7 @@ def test_onnxruntime_bundle_loads_and_runs_in_the_qnn_ep_after_unpacking(built, 
     chip = json.loads((top / "manifest.json").read_text())["chip"]
     run = ort_qnn.simulator(str(top / "net.onnx"), ort_qnn.provider_options(chip, 3))
     x = np.random.default_rng(7).standard_normal((1, 4, 16)).astype(np.float32)
-    want = ort_qnn.cpu(str(built.root / "build/tiny/net/net.onnx"))({"x": x})["y"]
+    want = compare.cpu(str(built.root / "build/tiny/net/net.onnx"))({"x": x})["y"]
     got = run({"x": x})["y"]
     assert np.max(np.abs(got - want)) / np.max(np.abs(want)) < 0.02
 
@@ -188,12 +190,12 @@ def test_runtime_libraries_from_an_sdk_with_versions_and_a_family_check(tmp_path
     (root / "LICENSE.pdf").write_bytes(b"%PDF terms")
     sdk = {"root": str(root), "build_id": "v2.51.0.260929181845", "build_id_source": "test"}
     chip = {"name": "SM8750", "htp_arch": 79, "soc_model": 69, "vtcm_mb": 8, "fp16": True}
-    rec = runtime_libs.record("qairt", chip, sdk)
+    rec = runtime_libs.record("qairt", chip, sdk, sdk["build_id"])
     assert rec["available"] is True and rec["family"] == "2.51"
     assert [lib["name"] for lib in rec["libraries"]] == ["libQnnHtp.so", "libQnnSystem.so", "libQnnHtpV79Stub.so",
                                                          "libQnnHtpV79Skel.so"]
     assert rec["libraries"][0]["version"] == "v2.51.0.260929181845" and rec["libraries"][0]["sha256"]
     assert rec["license"]["reference"][0]["file"].endswith("LICENSE.pdf")
     (root / "lib/aarch64-android/libQnnSystem.so").write_bytes(b"v2.40.0.251030")
-    rec = runtime_libs.record("qairt", chip, sdk)
+    rec = runtime_libs.record("qairt", chip, sdk, sdk["build_id"])
     assert rec["available"] is False and rec["version_mismatch"] == ["libQnnSystem.so"]

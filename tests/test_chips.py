@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from toolchain import chips
+from toolchain.spec import chips
 
 TABLE = chips.load()
 
@@ -21,7 +21,8 @@ def test_guide_defaults_and_known_corrections():
 COMPILE_ONE = r"""
 import json, sys, numpy as np, onnx
 from onnx import helper as h, TensorProto as T, numpy_helper as nh
-from toolchain import ort_qnn, qnnbin
+from toolchain.backends.ort_qnn import ep as ort_qnn
+from toolchain.qnn import qnnbin
 chip, out = json.loads(sys.argv[1]), sys.argv[2]
 w = nh.from_array(np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32), "w")
 g = h.make_graph([h.make_node("MatMul", ["x", "w"], ["m"]), h.make_node("Relu", ["m"], ["y"])], "g",

@@ -11,7 +11,7 @@ import pytest
 import adb_standin
 import sdk_standin
 from conftest import Project
-from toolchain import adb, probe
+from toolchain.phone import adb, probe
 
 SERIAL = "R5CY71ABCDE"
 BUILD_ID = "v2.51.0.260929181845"   # the embedded toolchain's QAIRT: the device SDK must be this family

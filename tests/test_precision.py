@@ -4,7 +4,8 @@ import json
 import onnx
 import pytest
 
-from toolchain import chips, spec
+from toolchain.spec import chips
+from toolchain import spec
 from toolchain.spec import SpecError
 
 # max_rel_w8a16: uint8 per-tensor weights of a tiny random net on Gaussian inputs measure ~0.11.
@@ -77,7 +78,9 @@ def test_a_graph_over_the_fp16_size_limit_is_refused_before_compiling(project):
 TIED_EMBEDDING = r"""
 import json, sys, numpy as np, onnx, onnxruntime as ort
 from onnx import helper as h, TensorProto as T, numpy_helper as nh
-from toolchain import calibrate, ort_qnn, quantize
+from toolchain.engine import paths
+from toolchain.stages import calibrate
+from toolchain.backends.ort_qnn import ep as ort_qnn, quantize
 out, V, D = sys.argv[1], 8000, 128
 rng = np.random.default_rng(0)
 # Whisper's tied token embedding: one table read by a Gather (lookup) and by MatMul(W, x^T) (logits).
@@ -98,8 +101,8 @@ feeds = [{"token": np.array([[i * 97]], np.int32), "x": rng.standard_normal((1, 
 lines = []
 for i, f in enumerate(feeds):
     for name, _, _ in inputs:
-        f[name].tofile(f"{out}/{calibrate.raw_name(i, name)}")
-    lines.append(" ".join(calibrate.raw_name(i, name) for name, _, _ in inputs))
+        f[name].tofile(f"{out}/{paths.calibration_raw_name(i, name)}")
+    lines.append(" ".join(paths.calibration_raw_name(i, name) for name, _, _ in inputs))
 open(out + "/input_list.txt", "w").write("\n".join(lines) + "\n")
 quantize.quantize(out + "/m.onnx", out, inputs, out + "/q.onnx")
 ort_qnn.compile(out + "/q.onnx", out + "/q_ctx.onnx", ort_qnn.provider_options({"soc_model": 69, "htp_arch": 79, "vtcm_mb": 8}, 3))
@@ -134,7 +137,7 @@ def test_calibration_layout_follows_the_toolchain_and_reads_back_the_same(tmp_pa
     # (3-D last two axes swapped, 4-D NHWC). Both sets must read back as the same ONNX-layout feeds.
     import numpy as np
     from onnx import TensorProto as T, helper as h
-    from toolchain import calibrate
+    from toolchain.stages import calibrate
     g = h.make_graph([h.make_node("Identity", ["a"], ["a2"]), h.make_node("Identity", ["b"], ["b2"])], "g",
                      [h.make_tensor_value_info("a", T.FLOAT, [1, 2, 3]), h.make_tensor_value_info("b", T.FLOAT, [1, 2, 3, 4])],
                      [h.make_tensor_value_info("a2", T.FLOAT, [1, 2, 3]), h.make_tensor_value_info("b2", T.FLOAT, [1, 2, 3, 4])])
@@ -158,8 +161,8 @@ def test_calibration_layout_follows_the_toolchain_and_reads_back_the_same(tmp_pa
 
 def test_calibration_never_uses_the_default_tier_verify_samples(tmp_path):
     from onnx import TensorProto as T, helper as h
-    from toolchain import calibrate
-    from toolchain.worker import StageFailed
+    from toolchain.stages import calibrate
+    from toolchain.engine.worker import StageFailed
     g = h.make_graph([h.make_node("Identity", ["a"], ["b"])], "g", [h.make_tensor_value_info("a", T.FLOAT, [1, 2])],
                      [h.make_tensor_value_info("b", T.FLOAT, [1, 2])])
     onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), tmp_path / "g.onnx")
@@ -181,7 +184,7 @@ def test_calibration_never_uses_the_default_tier_verify_samples(tmp_path):
 EXTERNAL_DATA = r"""
 import sys, numpy as np, onnx
 from onnx import helper as h, TensorProto as T, numpy_helper as nh
-from toolchain import ort_qnn
+from toolchain.backends.ort_qnn import ep as ort_qnn
 out = sys.argv[1]
 w = nh.from_array(np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32), "w")
 g = h.make_graph([h.make_node("MatMul", ["x", "w"], ["y"])], "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 256])],

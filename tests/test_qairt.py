@@ -16,7 +16,9 @@ import pytest
 
 import sdk_standin as standin
 from conftest import FIXTURES, Project
-from toolchain import qairt, readback
+from toolchain.backends.qairt import readback
+from toolchain.backends.qairt import tools as qairt
+from toolchain.qnn.layout import layout_permutation
 from toolchain.spec import SpecError
 
 BUILD_ID = "v2.40.0.251030-standin"
@@ -123,8 +125,9 @@ def test_without_an_ndk_only_x86_64_libs_are_built_and_it_is_said_once(upstream,
     assert list(record["libs"]) == ["x86_64-linux-clang"] and "no aarch64-android lib" in record["note"]
     assert capsys.readouterr().err.count("ndk-build is not on PATH: building x86_64-linux-clang model libs only") == 1
     project.edit("models/qnet.toml", "[export]", '[compile]\nandroid_libs = "required"\n\n[export]')
-    with pytest.raises(SpecError, match=r"ndk-build is not on PATH, and models/qnet.toml ask for aarch64-android"):
-        project.run("list")
+    assert project.run("list")[0] == 3   # a load-time mistake: doit's one ERROR line, exit 3
+    assert "ERROR: QAIRT preflight failed" in (err := capsys.readouterr().err)
+    assert "ndk-build is not on PATH, and models/qnet.toml ask for aarch64-android" in err
 
 
 def test_without_the_utility_read_back_goes_through_libqnnsystem(fresh):
@@ -335,27 +338,25 @@ def test_every_qairt_task_has_one_config_changed_a_log_and_plain_settings(fresh)
             assert t["uptodate"][0].config["sdk"]["build_id"] == BUILD_ID
 
 
-def test_preflight_names_every_missing_piece_with_its_fix(tmp_path, monkeypatch):
+def test_preflight_names_every_missing_piece_with_its_fix(tmp_path, monkeypatch, capsys):
     sdk = sdk_env(monkeypatch, tmp_path, arches=(68, 69, 73, 75, 79))   # an SDK without v81 libraries
     (sdk / "bin/x86_64-linux-clang/qnn-net-run").unlink()
     (tmp_path / "hostbin/clang++").unlink()
     monkeypatch.setenv("QAIRT_PYTHON", str(tmp_path / "no/python3.10"))
     project = Project(tmp_path / "proj")
     add_qnet(project, **{'chips = ["SM8550", "SM8750"]': 'chips = ["SM8750", "SM8850"]'})
-    with pytest.raises(SpecError) as err:
-        project.run("list")
-    text = str(err.value)
-    assert text.startswith("QAIRT preflight failed for models/qnet.toml (toolchain qairt):")
+    assert project.run("list")[0] == 3
+    text = capsys.readouterr().err
+    assert text.startswith("ERROR: QAIRT preflight failed for models/qnet.toml (toolchain qairt):")
     assert f"{sdk}/bin/x86_64-linux-clang/qnn-net-run is missing or not executable" in text
     assert "QNN_SDK_ROOT must be the unzipped qairt/<version> folder" in text
     assert f"{tmp_path}/no/python3.10' was not found: install Python 3.10" in text and "QAIRT_PYTHON=" in text
     assert "clang++ is not on PATH" in text and "check-linux-dependency.sh" in text
     (sdk / "bin/x86_64-linux-clang/qnn-net-run").write_text("")
     (sdk / "bin/x86_64-linux-clang/qnn-net-run").chmod(0o755)
-    with pytest.raises(SpecError) as err:
-        project.run("list")
+    assert project.run("list")[0] == 3
     assert f"{sdk}/lib/aarch64-android/libQnnHtpV81Stub.so is missing: this SDK has no HTP v81 libraries " \
-           f"for SM8850; use a QAIRT release that supports v81" in str(err.value)
+           f"for SM8850; use a QAIRT release that supports v81" in capsys.readouterr().err
     monkeypatch.delenv("QNN_SDK_ROOT")
     cli = project.doit_cli("list")   # as a user sees it: doit's one-line ERROR, exit 3, no traceback
     assert cli.returncode == 3 and "ERROR: QAIRT preflight failed" in cli.stderr and "Traceback" not in cli.stderr
@@ -394,7 +395,8 @@ def test_stand_in_tools_reject_unknown_and_missing_flags(tmp_path):
 def test_read_back_rejects_another_sdk_a_renamed_graph_and_another_chip():
     chip = {"name": "SM8750", "soc_model": 69, "htp_arch": 79, "vtcm_mb": 8, "fp16": True}
     expected = {"graph_name": "net_a", "build_id": "v2.40", "exact_build_id": True, "chip": chip,
-                "io": {"inputs": [["x", [1, 4, 16], "float32"]], "outputs": [["y", [1, 4, 8], "float32"]]}}
+                "io": {"inputs": [["x", [1, 4, 16], "float32"]], "outputs": [["y", [1, 4, 8], "float32"]]},
+                "view": {"inputs": [["x", [1, 16, 4], "float32"]], "outputs": [["y", [1, 4, 8], "float32"]]}}
     good = {"buildId": "v2.40", "socModel": 69, "graphs": [{"name": "net_a",
             "inputs": [{"name": "x", "dtype": "float32", "shape": [1, 16, 4]}],   # 3-D: the converter swaps
             "outputs": [{"name": "y", "dtype": "float32", "shape": [1, 4, 8]}]}]}
@@ -403,17 +405,69 @@ def test_read_back_rejects_another_sdk_a_renamed_graph_and_another_chip():
     found = readback.readback_problems(bad, {"arch": 81, "vtcm_size": 4 << 20}, expected)
     assert [f.split(" ")[0] for f in found] == ["build", "graphs", "socModel", "arch", "vtcm_size"]
     assert readback.dtype("QNN_DATATYPE_UFIXED_POINT_16") == "ufixed16" and readback.dtype(0x0232) == "float32"
-    assert qairt.layout_permutation([1, 3, 8, 8], [1, 8, 8, 3]) == (0, 2, 3, 1)
-    assert qairt.layout_permutation([1, 4, 16], [1, 4, 15]) is None
+    assert layout_permutation([1, 3, 8, 8], [1, 8, 8, 3]) == (0, 2, 3, 1)
+    assert layout_permutation([1, 4, 16], [1, 4, 15]) is None
 
 
-def test_a_w8a16_graph_is_converted_with_its_calibration_list(tmp_path, monkeypatch):
+def test_a_w8a16_graph_quantized_by_the_converter_from_where_it_runs_with_its_io_recorded(fresh):
+    """The converter runs from the project root: its input list must name files it can open from there
+    (the stand-in opens them as the real one does); a calibrated graph's I/O is UFIXED_POINT_16 with a
+    scale and offset, accepted by the read-back and recorded in the compile record and the manifest."""
+    project, sdk = fresh
+    add_qnet(project, **{"[graphs.net-a]": '[graphs.net-a]\nprecision = "w8a16"\ncalibration = 1'})
+    rc, executed, text = project.run()
+    assert rc == 0, text
+    listed = f"{G}/net-a.input_list.txt"
+    call = standin.calls(sdk, "qnn-onnx-converter")[-1]
+    assert call["argv"][call["argv"].index("--input_list") + 1] == listed and call["cwd"] == str(project.root)
+    lines = (project.root / listed).read_text().split()
+    assert len(lines) == 1 and all((project.root / f).is_file() for f in lines)
+    assert all(f.startswith("build/qnet/net-a/calibration/") for f in lines)   # relative: same bytes in any checkout
+    for chip in ("SM8550", "SM8750"):
+        info = json.loads((project.root / f"build/qnet/qairt/{chip}/net-a.compile.json").read_text())["info"]
+        assert info["graphs"][0]["inputs"][0] == {"name": "x", "dtype": "ufixed16", "shape": [1, 16, 4],
+                                                  "scale": 0.0001, "offset": -32768}
+        manifest = json.loads((project.root / f"build/qnet/qairt/{chip}/manifest.json").read_text())
+        assert manifest["binaries"]["net-a"]["io"]["outputs"][0]["dtype"] == "ufixed16"
+        assert manifest["binaries"]["net-a"]["io"]["outputs"][0]["offset"] == -32768
+
+
+def test_names_are_sanitised_as_the_converter_does(fresh):
+    """A graph named net.b and tensors x.in / y-out: the converter calls them net_b, x_in, y_out; the HTP
+    config must name graph net_b (or it would not apply) and the read-back must expect the same names."""
+    project, sdk = fresh
+    add_qnet(project, **{"[graphs.net-a]": '[graphs."net.b"]', "inputs.x =": 'inputs."x.in" =',
+                         "outputs.y =": 'outputs."y-out" =',
+                         "opset = 17": 'opset = 17\nargs = { input = "x.in", output = "y-out" }'})
+    rc, executed, text = project.run()
+    assert rc == 0, text
+    config = json.loads((project.root / "build/qnet/qairt/SM8750/net.b.config/htp_config.json").read_text())
+    assert config["graphs"][0]["graph_names"] == ["net_b"]
+    graph = json.loads((project.root / "build/qnet/qairt/SM8750/net.b.compile.json").read_text())["info"]["graphs"][0]
+    assert (graph["name"], graph["inputs"][0]["name"], graph["outputs"][0]["name"]) == ("net_b", "x_in", "y_out")
+    assert "verify:qnet@SM8750" in executed
+
+
+@pytest.mark.parametrize("replace, field", [
+    ({"inputs.x =": 'inputs."1x" ='}, "graphs.net-a.inputs.1x"),
+    ({"[graphs.net-a]": '[graphs.2net]'}, "graphs.2net"),
+])
+def test_names_the_converter_cannot_keep_are_refused_at_load(tmp_path, monkeypatch, replace, field):
     sdk_env(monkeypatch, tmp_path)
     project = Project(tmp_path / "proj")
-    add_qnet(project, **{"[graphs.net-a]": '[graphs.net-a]\nprecision = "w8a16"\ncalibration = 1'})
-    convert = generated(project)["convert"][0]
-    calibration = "build/qnet/net-a/calibration/input_list.txt"
-    assert convert["uptodate"][0].config["argv"][2:] == [
-        "--input_network", "build/qnet/net-a/net-a.onnx", "--output_path", f"{G}/net-a.cpp",
-        "--input_list", calibration, "--use_native_input_files", "--act_bitwidth", "16", "--bias_bitwidth", "32"]
-    assert calibration in convert["file_dep"]
+    add_qnet(project, **replace)
+    with pytest.raises(SpecError, match=re.escape(f"qnet.toml: {field}: ") + ".*digit"):
+        generated(project)
+
+
+def test_auto_says_which_compiler_it_chose_and_why(tmp_path, monkeypatch, capsys):
+    sdk = sdk_env(monkeypatch, tmp_path)
+    project = Project(tmp_path / "proj")
+    add_qnet(project, **{'toolchain = "qairt"': 'toolchain = "auto"'})
+    generated(project)
+    assert f'toolchain = "auto" -> qairt: $QNN_SDK_ROOT={sdk} is a complete SDK' in capsys.readouterr().out
+    (sdk / "lib/x86_64-linux-clang/libQnnSystem.so").unlink()   # incomplete: said, not silently skipped
+    generated(project)
+    out = capsys.readouterr().out
+    assert f'toolchain = "auto" -> ort-qnn: $QNN_SDK_ROOT={sdk} is not a complete SDK' in out
+    assert "libQnnSystem.so is missing" in out

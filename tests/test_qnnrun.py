@@ -1,4 +1,4 @@
-"""toolchain.qnnrun: a context binary driven through the raw QNN API (sherpa-onnx's sequence) in the x86
+"""toolchain.qnn.qnnrun: a context binary driven through the raw QNN API (sherpa-onnx's sequence) in the x86
 HTP simulator, against onnxruntime CPU and the EP's own simulator run of the same binary."""
 import ctypes
 
@@ -9,8 +9,11 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from toolchain import chips, ort_qnn, qnnbin
-from toolchain.qnnrun import QnnModel, _Tensor
+from toolchain.stages import compare
+from toolchain.spec import chips
+from toolchain.backends.ort_qnn import ep as ort_qnn
+from toolchain.qnn import qnnbin
+from toolchain.qnn.qnnrun import QnnModel, _Tensor
 
 OPTIONS = ort_qnn.provider_options(chips.load()["SM8750"].record(), 3)
 FP16 = {"rtol": 1e-2, "atol": 2e-2}     # the chip compiles float graphs with relaxed (fp16) precision
@@ -45,7 +48,7 @@ def net(tmp_path_factory):
     src = str(d / "net.onnx")
     _save(graph, src)
     out = ort_qnn.compile(src, str(d / "net_ctx.onnx"), OPTIONS)
-    return {"onnx": src, "ctx": str(d / "net_ctx.onnx"), "bin": out["binary"], "cpu": ort_qnn.cpu(src)}
+    return {"onnx": src, "ctx": str(d / "net_ctx.onnx"), "bin": out["binary"], "cpu": compare.cpu(src)}
 
 
 def _feeds(seed):
@@ -153,7 +156,7 @@ def test_ufixed16_io_is_quantized_and_dequantized(tmp_path):
         m.run()
         y = m.output("yq")
     xq = np.clip(np.rint(x / 0.01 + 30000), 0, 65535).astype(np.uint16)
-    yq = ort_qnn.cpu(src)({"xq": xq})["yq"]
+    yq = compare.cpu(src)({"xq": xq})["yq"]
     assert y.dtype == np.float32
     np.testing.assert_allclose(y, (yq.astype(np.float64) - 1000) * 0.02, atol=1e-5)
     np.testing.assert_allclose(y, np.maximum(x, 0), atol=0.011)   # within half a step of 0.02
@@ -162,5 +165,5 @@ def test_ufixed16_io_is_quantized_and_dequantized(tmp_path):
 def test_struct_layout_matches_the_headers():
     """Qnn_Tensor_t is 8 + Qnn_TensorV2_t (136 bytes, LP64); clientBuf sits at +96 in the V1/V2 body."""
     assert ctypes.sizeof(_Tensor) == 144
-    from toolchain.qnnbin import _TensorV2
+    from toolchain.qnn.qnnbin import _TensorV2
     assert _TensorV2.buf.offset == 96 and _TensorV2.dims.offset == 80 and _TensorV2.memType.offset == 88

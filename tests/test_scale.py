@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, Project, sha256
-from toolchain import cache, limits, matrix
+from toolchain.engine import cache, limits, matrix
 
 TIMES = ("seconds", "compile_seconds", "seconds_per_call")   # the only fields that may differ between builds
 RESTORED = "# restored from cache"
@@ -189,7 +189,7 @@ def test_qairt_tool_steps_are_restored_in_another_checkout(tmp_path, monkeypatch
 
 
 def plan(root: Path, *args: str) -> list[dict]:
-    out = subprocess.run([sys.executable, "-m", "toolchain.matrix", *args], cwd=root, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "toolchain.engine.matrix", *args], cwd=root, capture_output=True,
                          text=True, check=True).stdout
     return json.loads(out)["include"]
 
@@ -244,11 +244,13 @@ def test_matrix_grouping_stays_under_the_job_limit():
 def test_a_stage_limit_caps_concurrent_steps(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(limits.ENV, "compile:1,verify:2")
+    configured = limits.configured({"compile": 3}, ("compile", "verify", "export"))
+    assert configured == {"compile": 1, "verify": 2}   # the environment over the stage's default
     for stage, slots in (("compile", 1), ("verify", 2), ("export", 4)):
         running, peak, lock = [0], [0], threading.Lock()
 
         def step():
-            with limits.slot(stage):
+            with limits.slot(stage, configured.get(stage, 0)):
                 with lock:
                     running[0] += 1
                     peak[0] = max(peak[0], running[0])
@@ -261,8 +263,20 @@ def test_a_stage_limit_caps_concurrent_steps(tmp_path, monkeypatch):
         for t in threads:
             t.join()
         assert peak[0] == slots, stage
-    with pytest.raises(ValueError, match="not <stage>:<slots>"):
-        limits.parse("compile=2", "limits=")
+
+
+@pytest.mark.parametrize("variables, message", [
+    (["limits=compile=2"], "limits=: 'compile=2' is not <stage>:<slots>"),
+    (["limits=compil:2"], "no stage 'compil'; did you mean 'compile'?"),
+    (["limit=compile:2"], "unknown variable limit=compile:2"),
+    (["extra=yes"], "extra=yes: expected 1"),
+])
+def test_a_bad_command_line_variable_is_one_error_line_before_anything_runs(tmp_path, variables, message):
+    project = Project(tmp_path / "proj")
+    project.add_tiny()
+    done = subprocess.run(["doit", "list", *variables], cwd=project.root, capture_output=True, text=True)
+    assert done.returncode == 3 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("ERROR: ") and message in done.stderr, done.stderr
 
 
 def test_the_key_follows_inputs_settings_and_code(tmp_path, monkeypatch):
@@ -270,14 +284,15 @@ def test_the_key_follows_inputs_settings_and_code(tmp_path, monkeypatch):
     Path("in.onnx").write_bytes(b"a")
 
     def key(**change):
-        material = {"task": "compile:m/g@C", "action": {"function": "toolchain.compile:build"},
-                    "code": "toolchain.compile", "inputs": ["in.onnx"], "settings": [{"o": 3}], "outputs": ["o"]}
+        material = {"task": "compile:m/g@C", "action": {"function": "toolchain.backends.ort_qnn.compile:build"},
+                    "code": "toolchain.backends.ort_qnn.compile", "inputs": ["in.onnx"], "settings": [{"o": 3}], "outputs": ["o"]}
         return cache.key(cache.key_material(**{**material, **change}))
     first = key()
-    assert key() == first and key(settings=[{"o": 2}]) != first and key(code="toolchain.verify") != first
+    assert key() == first and key(settings=[{"o": 2}]) != first and key(code="toolchain.stages.verify") != first
     Path("in.onnx").write_bytes(b"b")
     assert key() != first
-    assert {"compile.py", "ort_qnn.py", "qnnbin.py", "worker.py"} <= set(cache.code_digest("toolchain.compile"))
+    assert {"backends/ort_qnn/compile.py", "backends/ort_qnn/ep.py", "qnn/qnnbin.py", "engine/worker.py"} <= set(
+        cache.code_digest("toolchain.backends.ort_qnn.compile"))
 
 
 @pytest.mark.skipif(not CHROMIUM, reason="no chromium binary on PATH (Debian: apt-get install chromium): "

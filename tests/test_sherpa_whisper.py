@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from conftest import ROOT, Project, sha256
-from toolchain import ort_qnn, sherpa_whisper, tarball
-from toolchain.worker import load_module
+from toolchain.stages import compare
+from toolchain.deploy import sherpa_whisper, tarball
+from toolchain.engine.worker import load_module
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 import reduced_whisper  # noqa: E402
@@ -138,7 +139,7 @@ def test_loop_bookkeeping_against_whispers_own_decoder(reduced):
     folder = reduced.parent
     for g in ("encoder", "decoder"):
         module.export(str(reduced), g, str(folder / f"{g}.onnx"), settings)
-    cpu = {g: ort_qnn.cpu(str(folder / f"{g}.onnx")) for g in ("encoder", "decoder")}
+    cpu = {g: compare.cpu(str(folder / f"{g}.onnx")) for g in ("encoder", "decoder")}
     text = reduced_whisper.spec("0" * 64)
     io = _io(text)
     enc, dec = (sherpa_whisper.GraphRun(lambda g, f: cpu[g](f), g, io[g]) for g in ("encoder", "decoder"))
@@ -212,7 +213,7 @@ def _io(text: str) -> dict:
 
 
 def test_read_back_mismatch_names_the_tensor_expected_and_found():
-    from toolchain.compile import io_problems
+    from toolchain.backends.ort_qnn.compile import io_problems
     want = [["tiny_en_mel", [1, 3000, 80], "float32"]]
     assert io_problems("inputs", [["tiny_en_mel", [1, 3000, 80], "float32"]], want) == []
     found = io_problems("inputs", [["tiny_en_mel", [1, 80, 3000], "float32"]], want)

@@ -8,7 +8,8 @@ import textwrap
 import pytest
 
 from conftest import FIXTURES
-from toolchain import chips, spec
+from toolchain.spec import chips
+from toolchain import spec
 from toolchain.spec import SpecError
 
 VARIANTS = '''

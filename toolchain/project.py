@@ -1,12 +1,16 @@
-"""All model specs plus the chip table: what dodo.py hands to each stage."""
+"""All model specs, the chip table and the compiler each model builds with: what every stage is handed.
+The one place that joins the wings: spec records get their backend here, checked before any task runs."""
 from __future__ import annotations
 
+import dataclasses
+import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolchain import chips as chip_table
-from toolchain import spec
-from toolchain.spec import SpecError
+from toolchain import backends, spec
+from toolchain.deploy import sherpa_run
+from toolchain.spec import AUTO, SpecError
+from toolchain.spec import chips as chip_table
 
 
 @dataclass(frozen=True)
@@ -14,26 +18,30 @@ class Project:
     models: tuple[spec.Model, ...]
     chips: dict
     full_chips: tuple[str, ...]   # full verification tier asked for on the command line
-    qairt_sdk: object = None      # qairt.Sdk, preflighted, when a model builds with the QAIRT SDK
+    gated: frozenset = frozenset()   # models whose deployed runtime's own loop is their full tier (sherpa_run)
 
-    def toolchain_models(self, toolchain: str):
-        """The models that build with `toolchain` (the other toolchain's stages skip them)."""
+    def models_of(self, toolchain: str):
+        """The models that build with `toolchain` (a compiler's own stages take only these)."""
         return [m for m in self.models if m.toolchain == toolchain]
 
-    def model_chips(self):
-        """(model, chip) for every chip a model targets."""
-        for model in self.models:
+    def model_chips(self, toolchain: str | None = None):
+        """(model, chip) for every chip a model targets (of one compiler's models, if given)."""
+        for model in self.models if toolchain is None else self.models_of(toolchain):
             for name in model.chips:
                 yield model, self.chips[name]
 
-    def graph_chips(self):
+    def graph_chips(self, toolchain: str | None = None):
         """(model, graph, chip) for every compiled binary."""
-        for model, chip in self.model_chips():
+        for model, chip in self.model_chips(toolchain):
             for graph in model.graphs:
                 yield model, graph, chip
 
     def wants_full_tier(self, model, chip) -> bool:
-        return chip.name in self.full_chips or chip.name in dict(model.verify)["full_chips"]
+        return chip.name in self.full_chips or chip.name in model.verify["full_chips"]
+
+    def runtime_gate(self, model) -> bool:
+        """The deployed runtime's loop checks this model (sherpa:), and is its full tier (sherpa_full:)."""
+        return model.name in self.gated
 
 
 def load(models_dir: str | Path = "models", full: str = "", extra: bool = False) -> Project:
@@ -52,7 +60,28 @@ def load(models_dir: str | Path = "models", full: str = "", extra: bool = False)
     for name in wanted:
         if name not in chips:
             raise SpecError(f"command line: full={full}: unknown chip {name!r}; known: {', '.join(chips)}")
-    from toolchain import qairt
-    users = [m for m in models if m.toolchain == qairt.NAME]
-    sdk = qairt.preflight(users, chips) if users else None   # before any task runs
-    return Project(models=models, chips=chips, full_chips=wanted, qairt_sdk=sdk)
+    models = with_backends(models, chips)
+    return Project(models=models, chips=chips, full_chips=wanted,
+                   gated=frozenset(m.name for m in models if sherpa_run.wanted(m)))
+
+
+def with_backends(models, chips: dict) -> tuple:
+    """Each model with its compiler: "auto" resolved (and said on stdout, with the reason), the name
+    checked, what the compiler cannot build refused, each compiler preflighted once for its models."""
+    auto = backends.choose_auto() if any(m.toolchain == AUTO for m in models) else None
+    if auto:
+        print(f'toolchain = "auto" -> {auto[0]}: {auto[1]}')
+    instances, resolved = {}, []
+    for model in models:
+        name = auto[0] if model.toolchain == AUTO else model.toolchain
+        if name not in backends.REGISTRY:
+            close = difflib.get_close_matches(name, backends.REGISTRY, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join([*backends.REGISTRY, AUTO])}"
+            raise SpecError(f"{model.spec_file}: toolchain: unknown compiler {name!r}; {hint}")
+        backend = instances.setdefault(name, backends.REGISTRY[name]())
+        for field, reason in backend.spec_problems(model):
+            raise SpecError(f"{model.spec_file}: {field}: {reason} (toolchain {name})")
+        resolved.append(dataclasses.replace(model, toolchain=name, backend=backend))
+    for name, backend in instances.items():
+        backend.preflight([m for m in resolved if m.toolchain == name], chips)
+    return tuple(resolved)

@@ -1,0 +1,143 @@
+"""Measure the shape of toolchain/: import cycles, imports that go up between wings, imports hidden in
+functions, functions named by strings, branches on a compiler's name, places that list the stages.
+
+    python tests/architecture.py [ROOT]    # prints the counts as JSON (ROOT: a checkout, default this one)
+
+tests/test_architecture.py asserts them; it also runs on the flat tree of older commits (the "before")."""
+from __future__ import annotations
+
+import ast
+import json
+import re
+import sys
+from pathlib import Path
+
+COMPILERS = ("ort-qnn", "qairt")
+STAGES = ("checkpoint", "export", "simplify", "inspect", "parity", "calibrate", "quantize", "convert", "modellib",
+          "pagesize", "htpconfig", "context", "readback", "compile", "verify", "verify_full", "manifest", "runtime",
+          "bundle", "sherpa", "sherpa_full", "report", "chip_index", "device", "step0")
+LISTS_STAGES = 8   # a file naming this many stages is a list of them
+# Wing -> the wings it may import (lower layers only). The top-level modules (pipeline, project) join them.
+MAY_IMPORT = {"spec": set(), "engine": set(), "qnn": {"engine"},
+              "stages": {"spec", "engine", "qnn"},
+              "backends": {"spec", "engine", "qnn", "stages"},
+              "deploy": {"spec", "engine", "qnn", "stages"},
+              "phone": {"spec", "engine", "qnn", "stages", "backends", "deploy"}}
+FUNCTION_STRING = re.compile(r"^toolchain(\.\w+)+:\w+$")
+
+
+def modules(root: Path) -> dict[str, Path]:
+    """{dotted name: file} of every module of the toolchain package."""
+    found = {}
+    for path in sorted((root / "toolchain").rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def imports(name: str, path: Path, known: dict) -> list[tuple[str, bool]]:
+    """(imported toolchain module, inside a function?) for every import in one module."""
+    tree = ast.parse(path.read_text())
+    in_function = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "toolchain":
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.append((sub if sub in known else node.module, id(node) in in_function))
+        elif isinstance(node, ast.Import):
+            found += [(a.name, id(node) in in_function) for a in node.names if a.name.split(".")[0] == "toolchain"]
+    return [(target, hidden) for target, hidden in found if target in known and target != name]
+
+
+def cycles(graph: dict[str, set]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+    sys.setrecursionlimit(10000)
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def wing(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in MAY_IMPORT) else None
+
+
+def compiler_branches(path: Path) -> list[int]:
+    """Lines comparing something with a compiler's name ("qairt", ort_qnn.NAME, ...)."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any((isinstance(o, ast.Constant) and o.value in COMPILERS) or
+                   (isinstance(o, ast.Attribute) and o.attr == "NAME") for o in operands):
+                lines.append(node.lineno)
+    return lines
+
+
+def stages_named(path: Path) -> set[str]:
+    """Stage names a file spells out: as strings, or as doit task creators (def task_<stage>)."""
+    named = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Constant) and node.value in STAGES:
+            named.add(node.value)
+        elif isinstance(node, ast.FunctionDef) and node.name.startswith("task_") and node.name[5:] in STAGES:
+            named.add(node.name[5:])
+    return named
+
+
+def measure(root: Path) -> dict:
+    known = modules(root)
+    graph, hidden, upward, function_strings, branches = {}, [], [], [], {}
+    for name, path in known.items():
+        edges = imports(name, path, known)
+        graph[name] = {t for t, _ in edges}
+        hidden += [f"{name} -> {t}" for t, inside in edges if inside]
+        here = wing(name)
+        for target, _ in edges:
+            there = wing(target)
+            if here and there and there != here and there not in MAY_IMPORT[here]:
+                upward.append(f"{name} -> {target}")
+        function_strings += [f"{name}: {n.value}" for n in ast.walk(ast.parse(path.read_text()))
+                             if isinstance(n, ast.Constant) and isinstance(n.value, str) and FUNCTION_STRING.match(n.value)]
+        own = wing(name) == "backends" or name in ("toolchain.ort_qnn", "toolchain.qairt")   # a compiler's own code
+        if not own and compiler_branches(path):
+            branches[name] = compiler_branches(path)
+    listing = [str(p.relative_to(root)) for p in [*known.values(), root / "dodo.py"]
+               if p.is_file() and len(stages_named(p)) >= LISTS_STAGES]
+    return {"modules": len(known), "top_level_modules": sum(1 for n in known if n.count(".") == 1),
+            "import_edges": sum(len(v) for v in graph.values()), "cycles": cycles(graph),
+            "function_level_imports": hidden, "upward_imports": upward, "functions_named_by_strings": function_strings,
+            "compiler_name_branches": sum(len(v) for v in branches.values()), "compiler_name_branch_files": branches,
+            "places_listing_the_stages": listing}
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure(Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parents[1])), indent=1))

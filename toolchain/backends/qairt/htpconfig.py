@@ -1,0 +1,51 @@
+"""Chip table -> htp_backend_extensions.json + htp_config.json (sherpa-qnn.md §3), once per (graph, chip)."""
+from __future__ import annotations
+
+import json
+import os
+
+from doit.tools import config_changed
+
+from toolchain.backends.qairt import tools
+from toolchain.engine import paths
+from toolchain.engine.files import atomic_path
+from toolchain.engine.worker import in_process
+
+BACKEND_EXTENSIONS, HTP_CONFIG = "htp_backend_extensions.json", "htp_config.json"
+
+
+def tasks(project):
+    for model in project.models_of(tools.NAME):
+        sdk = model.backend.sdk
+        for graph in model.graphs:
+            name = tools.graph_name(paths.qnn_cpp(model, graph))   # must equal the converter's graph name
+            for chip in (project.chips[c] for c in model.chips):
+                files = contents(sdk, chip.record(), name, model.compile["optimization"],
+                                 paths.htp_config(model, graph, chip, HTP_CONFIG),
+                                 paths.htp_config(model, graph, chip, BACKEND_EXTENSIONS))
+                log = paths.stage_log(model, graph, "htpconfig", chip)
+                yield {"name": f"{model.name}/{graph.name}@{chip.name}",
+                       "doc": f"{model.name}/{graph.name} on {chip.name}: HTP config (soc_id {chip.soc_model}, "
+                              f"v{chip.htp_arch}, {chip.vtcm_mb} MB VTCM) for graph '{name}' [qairt {sdk.build_id}]",
+                       "targets": list(files) + [log], "clean": True,
+                       "actions": [(in_process, (write, files, log))],
+                       "uptodate": [config_changed({"files": files, "sdk": sdk.record(), "chip": chip.record()})]}
+
+
+def contents(sdk, chip: dict, graph_name: str, optimization: int, config: str, extensions: str) -> dict:
+    """{path: text} of the two files, as generate_config.py writes them: indent 4, no trailing newline,
+    config_file_path absolute (the script makes its output folder absolute)."""
+    backend = {"backend_extensions": {"shared_library_path": sdk.host_lib("libQnnHtpNetRunExtensions.so"),
+                                      "config_file_path": os.path.abspath(config)}}
+    htp = {"graphs": [{"vtcm_mb": chip["vtcm_mb"], "O": optimization, "graph_names": [graph_name]}],
+           "devices": [{"device_id": 0, "soc_id": chip["soc_model"], "dsp_arch": f"v{chip['htp_arch']}",
+                        "cores": [{"core_id": 0, "perf_profile": "burst", "rpc_control_latency": 200}]}]}
+    return {extensions: json.dumps(backend, indent=4), config: json.dumps(htp, indent=4)}
+
+
+def write(files: dict, log: str):
+    for path, text in files.items():
+        with atomic_path(path) as tmp:
+            tmp.write_text(text)
+    with atomic_path(log) as tmp:
+        tmp.write_text("".join(f"wrote {path}:\n{text}\n" for path, text in files.items()))

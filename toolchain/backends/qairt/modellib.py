@@ -1,0 +1,28 @@
+"""QNN graph C++ + weights -> model libs (qnn-model-lib-generator), once per graph, never per chip."""
+from __future__ import annotations
+
+from doit.tools import config_changed
+
+from toolchain.backends.qairt import tools
+from toolchain.engine import external, paths
+
+
+def tasks(project):
+    for model in project.models_of(tools.NAME):
+        sdk = model.backend.sdk
+        targets = tools.model_lib_targets(sdk, model.compile["android_libs"])
+        for graph in model.graphs:
+            cpp, weights = paths.qnn_cpp(model, graph), paths.qnn_weights(model, graph)
+            libs = [paths.model_lib(model, graph, t) for t in targets]
+            log, record = paths.stage_log(model, graph, "modellib"), paths.stage_record(model, graph, "modellib")
+            argv = tools.modellib_argv(sdk, cpp, weights, paths.model_libs_dir(model, graph), targets)
+            env = tools.env(sdk, ldflags=True)
+            only = "" if tools.ANDROID in targets else f", {tools.HOST} only (no ndk-build)"
+            yield {"name": f"{model.name}/{graph.name}",
+                   "doc": f"{model.name}/{graph.name}: qnn-model-lib-generator -> lib{graph.name}.so "
+                          f"({', '.join(targets)}){only} [qairt {sdk.build_id}]",
+                   "file_dep": [cpp, weights],
+                   "targets": libs + [record, log], "clean": True,
+                   "actions": [(external.action, (argv, env, log, libs, record))],
+                   "uptodate": [config_changed({"argv": argv, "env": env, "sdk": sdk.record(), "targets": targets,
+                                                "ndk_build": sdk.ndk_build if tools.ANDROID in targets else None})]}

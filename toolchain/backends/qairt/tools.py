@@ -1,0 +1,205 @@
+"""The QAIRT SDK toolchain ($QNN_SDK_ROOT): the one place that knows the SDK's layout, tools and argv."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolchain.qnn.layout import ANDROID, HOST, c_name, device_libraries
+from toolchain.spec import SpecError
+
+NAME = "qairt"
+ENV_ROOT, ENV_PYTHON, DEFAULT_PYTHON = "QNN_SDK_ROOT", "QAIRT_PYTHON", "python3.10"
+PAGE_SIZE = 16384   # Android 16 KB-page devices (sherpa-qnn.md §5.3)
+TOOLS = ("qnn-onnx-converter", "qnn-model-lib-generator", "qnn-context-binary-generator", "qnn-net-run")
+UTILITY = "qnn-context-binary-utility"   # optional: read-back falls back to libQnnSystem through qnnbin
+HOST_LIBS = ("libQnnHtp.so", "libQnnSystem.so", "libQnnHtpNetRunExtensions.so")
+CONVERTER_MODULES = ("onnx", "numpy", "qti.aisw.converters")   # what the converter imports first
+ACTIVATE = "unzip the QAIRT SDK and source qairt/<version>/bin/envsetup.sh (or export QNN_SDK_ROOT=/path/to/qairt/2.40.0.251030)"
+
+
+@dataclass(frozen=True)
+class Sdk:
+    root: str
+    build_id: str
+    build_id_source: str      # which part of the SDK the build id was read from
+    python: str               # the converter's Python, resolved
+    python_version: str
+    ndk_build: str | None     # None: no aarch64-android libs can be built
+
+    def tool(self, name: str) -> str:
+        return f"{self.root}/bin/{HOST}/{name}"
+
+    def host_lib(self, name: str) -> str:
+        return f"{self.root}/lib/{HOST}/{name}"
+
+    def has_utility(self) -> bool:
+        return os.access(self.tool(UTILITY), os.X_OK)
+
+    def record(self) -> dict:
+        """What identifies this SDK in every QAIRT stage's settings."""
+        return {"root": self.root, "build_id": self.build_id, "build_id_source": self.build_id_source}
+
+
+def graph_name(cpp: str) -> str:
+    """The QNN graph name the converter derives from its output file: the basename, every non-word
+    character as '_' (§1 S4; net.b.cpp -> graph net_b)."""
+    return c_name(Path(cpp).stem)
+
+
+def layout_problems(root: str | None) -> list[str]:
+    """Missing pieces of the SDK tree itself, each with how to fix it."""
+    if not root:
+        return [f"{ENV_ROOT} is not set: {ACTIVATE}"]
+    if not os.path.isdir(root):
+        return [f"{ENV_ROOT}={root} is not a folder: {ACTIVATE}"]
+    found = [f"{root}/bin/{HOST}/{t} is missing or not executable: {ENV_ROOT} must be the unzipped "
+             f"qairt/<version> folder" for t in TOOLS if not os.access(f"{root}/bin/{HOST}/{t}", os.X_OK)]
+    found += [f"{root}/lib/{HOST}/{lib} is missing: incomplete SDK, unzip it again"
+              for lib in HOST_LIBS if not os.path.isfile(f"{root}/lib/{HOST}/{lib}")]
+    if not os.path.isdir(f"{root}/lib/python"):
+        found.append(f"{root}/lib/python is missing (the converter's Python modules): unzip the SDK again")
+    return found
+
+
+def valid_sdk() -> bool:
+    """Whether $QNN_SDK_ROOT points at a usable SDK tree (what toolchain = "auto" asks)."""
+    return not layout_problems(os.environ.get(ENV_ROOT))
+
+
+def runtime_libraries(sdk: Sdk, chip: dict) -> dict:
+    """What an app ships beside this chip's binaries, taken from the same SDK that compiled them."""
+    return {"sdk_root": sdk.root, "build_id": sdk.build_id, **device_libraries(chip["htp_arch"]),
+            "bundled_here": False,
+            "note": "copy these from the SDK named here; put the Skel's folder on ADSP_LIBRARY_PATH"}
+
+
+def model_lib_targets(sdk: Sdk, android_libs: str) -> list[str]:
+    """Targets the model-lib generator builds: aarch64-android only with an NDK (or when required)."""
+    wanted = android_libs == "required" or (android_libs == "auto" and sdk.ndk_build is not None)
+    return [HOST, ANDROID] if wanted else [HOST]
+
+
+def env(sdk: Sdk, ldflags: bool = False) -> dict:
+    """Environment the tools need (what envsetup.sh sets); path lists are prepended to the caller's."""
+    found = {ENV_ROOT: sdk.root, "PYTHONPATH": f"{sdk.root}/lib/python", "LD_LIBRARY_PATH": f"{sdk.root}/lib/{HOST}"}
+    if ldflags:
+        found["LDFLAGS"] = f"-Wl,-z,max-page-size={PAGE_SIZE}"
+    return found
+
+
+def converter_argv(sdk: Sdk, onnx: str, cpp: str, input_list: str | None = None) -> list[str]:
+    """qnn-onnx-converter, float graph (§1 S4); a calibration list adds native raw inputs."""
+    argv = [sdk.python, sdk.tool("qnn-onnx-converter"), "--input_network", onnx, "--output_path", cpp]
+    if input_list:
+        argv += ["--input_list", input_list, "--use_native_input_files"]
+    return argv + ["--act_bitwidth", "16", "--bias_bitwidth", "32"]
+
+
+def modellib_argv(sdk: Sdk, cpp: str, weights: str, out_dir: str, targets: list[str]) -> list[str]:
+    """qnn-model-lib-generator (§1 S6): no -t when both targets are built, as the guide runs it."""
+    argv = [sdk.python, sdk.tool("qnn-model-lib-generator"), "-c", cpp, "-b", weights, "-o", out_dir]
+    return argv if set(targets) == {HOST, ANDROID} else argv + ["-t", *targets]
+
+
+def context_argv(sdk: Sdk, model_lib: str, out_dir: str, binary_file: str, config_file: str) -> list[str]:
+    """qnn-context-binary-generator on the x86_64 lib and backend (§1 S8)."""
+    return [sdk.tool("qnn-context-binary-generator"), "--backend", sdk.host_lib("libQnnHtp.so"),
+            "--model", model_lib, "--output_dir", out_dir, "--binary_file", binary_file,
+            "--config_file", config_file]
+
+
+def utility_argv(sdk: Sdk, binary: str, json_file: str) -> list[str]:
+    return [sdk.tool(UTILITY), "--context_binary", binary, "--json_file", json_file]
+
+
+def netrun_argv(sdk: Sdk, binary: str, input_list: str, out_dir: str) -> list[str]:
+    """qnn-net-run on a context binary with the x86_64 HTP backend (float32 raw files in and out)."""
+    return [sdk.tool("qnn-net-run"), "--backend", sdk.host_lib("libQnnHtp.so"), "--retrieve_context", binary,
+            "--input_list", input_list, "--output_dir", out_dir]
+
+
+def read_build_id(root: str) -> tuple[str | None, str]:
+    """(build id, source): libQnnHtp.so's backendGetBuildId through the QNN API, in a child process
+    (a broken library cannot take doit down); only if that fails, sdk.yaml's version, labelled so."""
+    lib_dir = f"{root}/lib/{HOST}"
+    code = "import json, sys; from toolchain.qnn import qnnbin; print(json.dumps(qnnbin.htp_build_id(sys.argv[1])))"
+    done = subprocess.run([sys.executable, "-c", code, lib_dir], capture_output=True, text=True)
+    if done.returncode == 0 and done.stdout.strip():
+        build_id = json.loads(done.stdout.strip().splitlines()[-1]).get("buildId")
+        if build_id:
+            return build_id, f"{lib_dir}/libQnnHtp.so backendGetBuildId"
+    why = (done.stderr.strip().splitlines() or ["no build id returned"])[-1]
+    yaml = Path(root, "sdk.yaml")
+    version = re.search(r"^\s*version:\s*(\S+)", yaml.read_text(), re.M) if yaml.is_file() else None
+    if version:
+        return version.group(1), f"FALLBACK {yaml} version (libQnnHtp.so did not give a build id: {why})"
+    return None, why
+
+
+def python_problems(python: str, root: str) -> tuple[str | None, list[str]]:
+    """(version, problems) of the converter's Python: it must run and find the converter's modules."""
+    fix = f"install Python 3.10 with the SDK's deps (python3 $QNN_SDK_ROOT/bin/check-python-dependency), " \
+          f"or set {ENV_PYTHON}=/path/to/that/python"
+    resolved = shutil.which(python)
+    if not resolved:
+        return None, [f"the converter's Python {python!r} was not found: {fix}"]
+    code = ("import importlib.util as u, json, sys\ndef ok(m):\n try: return u.find_spec(m) is not None\n"
+            " except ImportError: return False\nprint(json.dumps(['%d.%d' % sys.version_info[:2], "
+            f"[m for m in {list(CONVERTER_MODULES)!r} if not ok(m)]]))")
+    done = subprocess.run([resolved, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": f"{root}/lib/python"})
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return None, [f"the converter's Python {resolved} does not run ({tail}): {fix}"]
+    version, missing = json.loads(done.stdout.strip().splitlines()[-1])
+    return version, [f"the converter's Python {resolved} (Python {version}) cannot import {', '.join(missing)}: {fix}"] if missing else []
+
+
+def preflight(models, chips: dict) -> Sdk:
+    """Check everything the QAIRT models need before any task runs: one error naming every missing piece."""
+    root = os.environ.get(ENV_ROOT)
+    problems, build_id, source = layout_problems(root), None, ""
+    if not problems:
+        for arch, users in sorted(_arch_users(models, chips).items()):
+            for kind in device_libraries(arch).values():
+                problems += [f"{root}/{rel} is missing: this SDK has no HTP v{arch} libraries for {users}; "
+                             f"use a QAIRT release that supports v{arch}" for rel in kind.values()
+                             if not os.path.isfile(f"{root}/{rel}")]
+        build_id, source = read_build_id(root)
+        if not build_id:
+            problems.append(f"cannot read the SDK build id from {root}/lib/{HOST}/libQnnHtp.so ({source}) "
+                            f"nor from {root}/sdk.yaml: unzip the SDK again")
+    python = os.environ.get(ENV_PYTHON) or DEFAULT_PYTHON
+    version, found = python_problems(python, root or "")
+    problems += found
+    problems += [f"{tool} is not on PATH (qnn-model-lib-generator builds the {HOST} lib with it): apt-get install "
+                 f"clang make, or run $QNN_SDK_ROOT/bin/check-linux-dependency.sh"
+                 for tool in ("make", "clang++") if not shutil.which(tool)]
+    ndk = shutil.which("ndk-build")
+    required = [m.spec_file for m in models if m.compile["android_libs"] == "required"]
+    if required and not ndk:
+        problems.append(f"ndk-build is not on PATH, and {', '.join(required)} ask for {ANDROID} libs "
+                        f"(compile.android_libs = \"required\"): install the Android NDK (sherpa-onnx uses r29) "
+                        f"and export PATH=$ANDROID_NDK_ROOT:$PATH, or set android_libs = \"auto\"")
+    if problems:
+        raise SpecError(f"QAIRT preflight failed for {', '.join(m.spec_file for m in models)} (toolchain qairt):"
+                        + "".join(f"\n  - {p}" for p in problems))
+    if not ndk and any(m.compile["android_libs"] == "auto" for m in models):
+        print(f"qairt: ndk-build is not on PATH: building {HOST} model libs only, no {ANDROID} libs "
+              f"(put the Android NDK on PATH to build them)", file=sys.stderr)
+    return Sdk(root=root, build_id=build_id, build_id_source=source, python=shutil.which(python),
+               python_version=version, ndk_build=ndk)
+
+
+def _arch_users(models, chips: dict) -> dict:
+    """{htp_arch: 'SM8750, SM8850'} over the chips the QAIRT models target."""
+    users: dict = {}
+    for name in dict.fromkeys(c for m in models for c in m.chips):
+        users.setdefault(chips[name].htp_arch, []).append(name)
+    return {arch: ", ".join(names) for arch, names in users.items()}

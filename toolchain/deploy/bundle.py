@@ -1,0 +1,175 @@
+"""Per (model, chip): phone bundles as reproducible .tar.bz2 (onnxruntime EPContext; sherpa-onnx where its
+runtime contract holds) and a bundle record of what was shipped, what was not, and why."""
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from pathlib import Path
+
+from doit.tools import config_changed
+
+from toolchain.deploy import sherpa, tarball
+from toolchain.engine import paths
+from toolchain.engine.files import read_json, sha256, write_json
+from toolchain.engine.worker import StageFailed, load_module, run
+from toolchain.stages import compare
+from toolchain.stages.export import io_record
+
+FORMAT = 2                                          # bump when a bundle's layout changes: every bundle rebuilds
+TOKENS_HOOK = re.compile(r"^def write_tokens\(", re.M)   # models/<m>.py may write a tokens.txt
+KINDS = {"ort_out": "onnxruntime", "sherpa_out": "sherpa-onnx"}
+
+
+def plan(model) -> dict:
+    """What can ship, decided from the spec (so targets are known before anything runs)."""
+    tokens = bool(TOKENS_HOOK.search(Path(model.module_file).read_text()))
+    graphs = {g.name: model.backend.runtime_view(g) for g in model.graphs}
+    family, reasons = sherpa.problems(model.name, graphs, tokens)
+    ort = None if model.backend.emits_context_model else (
+        f"{model.toolchain}-built context binaries come without an EPContext ONNX model; wrapping them "
+        "(onnxruntime's gen_qnn_ctx_onnx_model.py) is not done here, since no real QAIRT binary could be tested")
+    return {"tokens": tokens, "family": family, "sherpa_reasons": reasons, "ort_reason": ort}
+
+
+def tasks(project):
+    for model, chip in project.model_chips():
+        p = plan(model)
+        graphs = {g.name: {"binary": paths.context_binary(model, g, chip), "record": paths.compile_record(model, g, chip),
+                           "context": paths.context_model(model, g, chip) if model.backend.emits_context_model else None}
+                  for g in model.graphs}
+        kwargs = {"model": model.name, "chip": chip.record(), "toolchain": model.toolchain, "graphs": graphs,
+                  "manifest": paths.manifest(model, chip), "runtime": paths.runtime_record(model.toolchain, chip),
+                  "module_file": model.module_file, "data_dir": model.data_dir, "plan": p,
+                  "io": {g.name: io_record(g) for g in model.graphs},
+                  "ort_out": None if p["ort_reason"] else paths.ort_bundle(model, chip),
+                  "sherpa_out": None if p["sherpa_reasons"] else paths.sherpa_bundle(model, chip),
+                  "out": paths.bundle_record(model, chip)}
+        shipped = [k for k in ("ort_out", "sherpa_out") if kwargs[k]]
+        log = paths.bundle_log(model, chip)
+        yield {"name": f"{model.name}@{chip.name}",
+               "doc": f"{model.name} on {chip.name}: phone bundles "
+                      f"({', '.join(KINDS[k] for k in shipped) or 'none'}) + bundle record"
+                      + ("" if kwargs["sherpa_out"] else " [no sherpa-onnx bundle: see bundle.json]"),
+               "file_dep": [kwargs["manifest"], kwargs["runtime"], *model.code_files,
+                            *[p for g in graphs.values() for p in g.values() if p], *compare.data_files(model.data_dir)],
+               "targets": [kwargs["out"], log] + [kwargs[k] for k in shipped], "clean": True,
+               "actions": [(run, (build, kwargs, log))],
+               "uptodate": [config_changed({"format": FORMAT, "plan": p, "chip": chip.record(),
+                                            "bundles": [kwargs[k] for k in shipped]})]}
+
+
+def build(model, chip, toolchain, graphs, manifest, runtime, module_file, data_dir, plan, ort_out, sherpa_out, out,
+          io=None):
+    """Check the binaries against the manifest, then write the bundles and the record."""
+    man, libs = read_json(manifest), read_json(runtime)
+    for g, b in man["binaries"].items():   # never ship a binary that changed after it was verified
+        if sha256(graphs[g]["binary"]) != b["sha256"]:
+            raise StageFailed(f"{graphs[g]['binary']}: sha256 differs from the manifest's; rebuild it")
+    data = {str(p.relative_to(data_dir)): str(p) for p in map(Path, compare.data_files(data_dir))} if data_dir else {}
+    common = {"LICENSE": license_text(man).encode(), "QNN-RUNTIME-LICENSE.txt": runtime_license_text(libs).encode(),
+              "runtime-libraries.json": (json.dumps(libs, indent=2, sort_keys=True) + "\n").encode()}
+    if plan["tokens"]:
+        common["tokens.txt"] = _tokens(module_file, io)
+    record = {"model": model, "chip": chip["name"], "soc_model": chip["soc_model"], "htp_arch": f"v{chip['htp_arch']}",
+              "toolchain": toolchain, "sdk_build_id": man["sdk"]["build_id"], "license": man["license"],
+              "runtime_libraries": {k: libs[k] for k in ("family", "available", "app_must_ship", "license")},
+              "bundles": {}}
+    if ort_out:
+        members = {**common, "info.txt": _info(man, list(graphs)).encode(), "README.md": ORT_README.encode(),
+                   "manifest.json": manifest, **{f"test_data/{k}": v for k, v in data.items()}}
+        for g, files in graphs.items():
+            _check_epcontext(files["context"], Path(files["binary"]).name)
+            members[f"{g}.onnx"], members[Path(files["binary"]).name] = files["context"], files["binary"]
+        record["bundles"]["onnxruntime"] = _write(ort_out, members)
+    else:
+        record["bundles"]["onnxruntime"] = {"shipped": False, "reason": plan["ort_reason"]}
+    if sherpa_out:
+        views = {g: read_json(f["record"])["info"] for g, f in graphs.items()}
+        family, found = sherpa_problems(model, views, plan["tokens"])
+        if found:   # the spec said yes, the binaries say no: a bundle that fails to load must not ship
+            raise StageFailed(f"{model}@{chip['name']}: the binaries break sherpa-onnx's {family} contract: "
+                              + "; ".join(found))
+        order = sherpa.ORDER[family]
+        members = {**common, "info.txt": _info(man, list(order)).encode(), "README.md": sherpa_readme(order).encode(),
+                   "manifest.json": manifest, **{f"{g}.bin": graphs[g]["binary"] for g in order},
+                   **{f"test_wavs/{Path(k).name}": v for k, v in data.items()
+                      if k.endswith((".wav", "refs.tsv", "PROVENANCE.md"))}}
+        record["bundles"]["sherpa-onnx"] = {**_write(sherpa_out, members), "family": family}
+    else:
+        record["bundles"]["sherpa-onnx"] = {"shipped": False, "family": plan["family"], "reasons": plan["sherpa_reasons"]}
+    write_json(out, record)
+
+
+def sherpa_problems(model: str, infos: dict, tokens: bool) -> tuple:
+    """The contract checked on the binaries' own read-back: binary-info v3, names, shapes, dtypes."""
+    family, found = sherpa.problems(model, {g: sherpa.binary_view(i) for g, i in infos.items()}, tokens)
+    found += [f"{g}: binary-info version {i.get('infoVersion')}, the runtime takes 3" for g, i in infos.items()
+              if i.get("infoVersion", 3) != 3]
+    return family, found
+
+
+def _write(out: str, members: dict) -> dict:
+    top = Path(out).name[:-len(".tar.bz2")]
+    tarball.write(out, top, members)
+    return {"shipped": True, "file": out, "sha256": sha256(out), "bytes": Path(out).stat().st_size, "top": top,
+            "members": sorted(members)}
+
+
+def _check_epcontext(context: str, binary: str) -> None:
+    """Every EPContext node must name its binary relatively, beside it: the bundle is unpacked elsewhere."""
+    import onnx
+    for node in onnx.load(context, load_external_data=False).graph.node:
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        beside = attrs.get("embed_mode") == 0 and attrs.get("ep_cache_context") == binary.encode()
+        if node.op_type != "EPContext" or not beside:
+            raise StageFailed(f"{context}: node {node.name} ({node.op_type}) does not point at {binary} beside it")
+
+
+def _tokens(module_file: str, io: dict) -> bytes:
+    with tempfile.TemporaryDirectory() as tmp:
+        compare.with_io(load_module(module_file).write_tokens, io)(f"{tmp}/tokens.txt")
+        return Path(f"{tmp}/tokens.txt").read_bytes()
+
+
+def _info(man: dict, order: list[str]) -> str:
+    """key=value, as sherpa-onnx's info.txt; what the app checks before it loads anything."""
+    fields = {"model": man["model"], "soc": man["chip"]["name"], "soc_id": man["soc_id"], "arch": man["htp_arch"],
+              "toolchain": man["toolchain"], "qnn_build_id": man["sdk"]["build_id"], "graphs": ",".join(order),
+              "precision": ",".join(man["precision"][g] for g in order)}
+    return "".join(f"{k}={v}\n" for k, v in fields.items())
+
+
+def license_text(man: dict) -> str:
+    lic = man["license"]
+    lines = [f"Model: {man['model']} ({man['description']})", f"License: {lic['name']}"]
+    lines += [f"URL: {lic['url']}"] * bool(lic.get("url")) + [f"Note: {lic['note']}"] * bool(lic.get("note"))
+    return "\n".join(lines + ["", "This bundle holds a compiled form of the model (QNN HTP context binaries).",
+                              "Distributing it is distributing the model: keep this notice with it.", ""])
+
+
+def runtime_license_text(libs: dict) -> str:
+    lic = libs["license"]
+    refs = lic["reference"] if isinstance(lic["reference"], str) else \
+        "; ".join(f"{r['file']} (sha256 {r['sha256']})" for r in lic["reference"])
+    return "\n".join([f"This bundle does not contain the QNN runtime libraries it needs: "
+                      f"{', '.join(lib['name'] for lib in libs['libraries'])} (QAIRT {libs['family']}).",
+                      f"They are {lic['holder']} software. {lic['terms']}", f"Terms: {refs}.",
+                      *([lic["note"]] if lic.get("note") else []), "", f"What to ship: {libs['app_must_ship']}", ""])
+
+
+ORT_README = """# onnxruntime QNN EP bundle
+
+Each `<graph>.onnx` is an EPContext model pointing at `<graph>_qnn.bin` beside it: keep them in one folder
+(copy them out of the APK's assets first). Open it with onnxruntime's QNN execution provider,
+`backend_path` = the app's `libQnnHtp.so`, session option `session.disable_cpu_ep_fallback=1`, and
+ADSP_LIBRARY_PATH prepended with the Skel's folder (';' separators). `runtime-libraries.json` names the
+libraries and their QAIRT version family; `info.txt` the chip this was compiled for (it runs on no other).
+"""
+
+
+def sherpa_readme(order) -> str:
+    binaries = ",".join(f"$dir/{g}.bin" for g in order)
+    return (f"# sherpa-onnx QNN binary bundle\n\n`QnnConfig(backendLib = \"libQnnHtp.so\", contextBinary = "
+            f"\"{binaries}\", systemLib = \"libQnnSystem.so\")`, provider = \"qnn\"; the Skel's folder prepended to "
+            f"ADSP_LIBRARY_PATH (';'). Runs only on the chip in `info.txt`.\n")

@@ -1,0 +1,68 @@
+"""Per-stage concurrency limits under `doit -n N` (Ninja's pools): a memory-heavy stage runs in one of a
+few slots, so N-wide builds never hold N large compiles in memory at once. The slots are file locks
+under build/.locks: they hold across doit's threads, its processes and two doit runs in one checkout.
+The counts are resolved once at load (pipeline.py) and reach each task as task.meta["slots"]."""
+from __future__ import annotations
+
+import contextlib
+import difflib
+import fcntl
+import os
+import time
+
+from doit.exceptions import InvalidDodoFile
+
+from toolchain.engine import paths
+
+ENV, VAR = "QNN_LIMITS", "limits"
+POLL = 0.05   # seconds between attempts while every slot is taken
+
+
+def parse(text: str, where: str, stages) -> dict[str, int]:
+    """'compile:2,verify:1' -> {'compile': 2, 'verify': 1}; 0 means no limit. A mistake is one ERROR line."""
+    found = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        stage, _, count = item.partition(":")
+        if not stage or not count.isdigit():
+            raise InvalidDodoFile(f"{where}: {item!r} is not <stage>:<slots> (example: compile:2,verify:1)")
+        if stage not in stages:
+            close = difflib.get_close_matches(stage, stages, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"stages: {', '.join(stages)}"
+            raise InvalidDodoFile(f"{where}: {item!r}: no stage {stage!r}; {hint}")
+        found[stage] = int(count)
+    return found
+
+
+def configured(defaults: dict[str, int], stages, variable: str = "") -> dict[str, int]:
+    """`defaults`, overridden by $QNN_LIMITS, overridden by `doit limits=...` (its text: `variable`)."""
+    return {**defaults, **parse(os.environ.get(ENV, ""), f"${ENV}", stages), **parse(variable, f"{VAR}=", stages)}
+
+
+@contextlib.contextmanager
+def slot(stage: str, slots: int):
+    """Hold one of the stage's `slots` for the block (at once when 0: no limit)."""
+    if not slots:
+        yield
+        return
+    folder = paths.LOCKS
+    os.makedirs(folder, exist_ok=True)
+    while True:
+        for i in range(slots):
+            fd = os.open(f"{folder}/{stage}.{i}", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            try:
+                yield
+            finally:
+                os.close(fd)   # releases the lock
+            return
+        time.sleep(POLL)
+
+
+def call(task, function, *args):
+    """function(*args) inside a slot of the task's stage (the part of its name before ':')."""
+    with slot(task.name.split(":")[0], (task.meta or {}).get("slots", 0)):
+        return function(*args)

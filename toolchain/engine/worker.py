@@ -1,0 +1,120 @@
+"""Run one heavy step in its own process: a crash or leak cannot take doit down, and each
+compile gets a fresh process (the QNN EP numbers tensors per process: ort-qnn.md §1.3)."""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import time
+
+from doit.exceptions import TaskError, TaskFailed
+
+from toolchain.engine import cache, limits
+from toolchain.engine.files import atomic_path
+
+FAILED = "STAGE-FAILED: "
+EXIT_FAILED = 3
+FUNCTION = "__function__"
+
+
+class StageFailed(Exception):
+    """An expected failure (bad model, CPU partition, accuracy miss): one clear message, no traceback."""
+
+
+def run(function, kwargs: dict, log: str, task):
+    """Call module-level `function(**kwargs)` in a child process, output to `log`; a doit action result.
+    doit fills in `task` (a parameter it knows by name): its file_dep, config_changed settings and
+    targets key the artifact cache (cache.py), its stage picks the concurrency limit (limits.py)."""
+    name, plain = qualified(function), to_json(kwargs)
+    action = {"function": name, "kwargs": plain}
+    return cache.run(task, action, function.__module__, log, lambda: limits.call(task, _call, name, plain, log))
+
+
+def in_process(function, *args, **kwargs):
+    """Call a light step in doit's own process; a StageFailed it raises becomes the same one-line
+    failure a worker's does (one failure style, whichever process runs the step)."""
+    try:
+        return function(*args, **kwargs)
+    except StageFailed as err:
+        return TaskFailed(str(err))
+
+
+def qualified(function) -> str:
+    """'package.module:function', how the child process finds a module-level function again."""
+    if "." in function.__qualname__ or function.__module__ == "__main__":
+        raise TypeError(f"{function!r}: a worker runs module-level functions only")
+    return f"{function.__module__}:{function.__qualname__}"
+
+
+def to_json(value):
+    """`value` as plain JSON data; a function inside it (e.g. a backend's simulator factory) becomes
+    {"__function__": "module:name"}, which from_json() turns back into the function in the child."""
+    if callable(value):
+        return {FUNCTION: qualified(value)}
+    if isinstance(value, dict):
+        return {k: to_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    return value
+
+
+def from_json(text: str):
+    return json.loads(text, object_hook=lambda d: _function(d[FUNCTION]) if set(d) == {FUNCTION} else d)
+
+
+def _function(name: str):
+    module_name, _, attr = name.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def _call(function: str, kwargs: dict, log: str):
+    started = time.monotonic()
+    with atomic_path(log) as tmp:
+        with open(tmp, "w") as out:
+            out.write(f"# {function} {json.dumps(kwargs, sort_keys=True)}\n")
+            out.flush()
+            rc = subprocess.call([sys.executable, "-m", "toolchain.engine.worker", function, json.dumps(kwargs)],
+                                 stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            out.write(f"# exit {rc} after {time.monotonic() - started:.1f} s\n")
+        text = tmp.read_text(errors="replace")
+    if rc == 0:
+        return None
+    lines = text.splitlines()
+    failed = [line[len(FAILED):] for line in lines if line.startswith(FAILED)]
+    if rc == EXIT_FAILED and failed:
+        return TaskFailed(failed[-1])
+    tail = "\n".join(lines[-25:])
+    return TaskError(f"{function} exited with {rc}; log {log}, last lines:\n{tail}")
+
+
+def main(argv: list[str]) -> int:
+    func, kwargs = _function(argv[0]), from_json(argv[1])
+    try:
+        func(**kwargs)
+    except StageFailed as err:
+        sys.stdout.flush()
+        print(f"{FAILED}{err}", flush=True)
+        return EXIT_FAILED
+    return 0
+
+
+def load_module(path: str):
+    """Import a model's own code (models/<module>.py) by path."""
+    import importlib.util
+    name = "model_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_").replace(".", "_")
+    cached = sys.modules.get(name)
+    if cached is not None and os.path.samefile(cached.__file__, path):   # same name, other folder: reload
+        return cached
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+if __name__ == "__main__":
+    # Run the imported module's main, so StageFailed raised by stages is the class caught there.
+    from toolchain.engine.worker import main as imported_main
+    sys.exit(imported_main(sys.argv[1:]))

@@ -1,0 +1,52 @@
+"""Plumbing of the phone tasks: an action run in doit's process with its output kept in a log, and
+checked command-line numbers."""
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+
+from doit.exceptions import TaskFailed
+
+from toolchain.engine.worker import StageFailed
+from toolchain.spec import SpecError
+
+
+def in_process(function, kwargs: dict, log: str):
+    """Run a phone step here, output to the console and `log`. Not through worker.run: its artifact cache
+    must never replay a measurement. StageFailed (adb, accuracy, setup) becomes one line, no traceback."""
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as f, contextlib.redirect_stdout(_Tee(sys.stdout, f)):
+        try:
+            function(**kwargs)
+        except StageFailed as err:
+            print(f"FAILED: {err}")
+            return TaskFailed(str(err))
+    return None
+
+
+class _Tee:
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for s in self.streams:
+            s.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for s in self.streams:
+            s.flush()
+
+
+def number(get, name: str, kind, default):
+    text = get(name, None)
+    if text in (None, ""):
+        return default
+    try:
+        value = kind(text)
+    except ValueError:
+        raise SpecError(f"command line: {name}={text}: expected {'an integer' if kind is int else 'a number'}") from None
+    if value < 0:
+        raise SpecError(f"command line: {name}={text}: must not be negative")
+    return value

@@ -1,0 +1,136 @@
+"""The pipeline: every stage in run order, the one list `dodo.py`, `doit`'s default tasks, the `model:` /
+`chip:` aliases and the concurrency slots are made from. A new stage is one module plus one line here
+(or in its compiler's `stages`, backends/<name>/__init__.py, placed where COMPILERS stands)."""
+from __future__ import annotations
+
+import functools
+
+from doit import doit_cmd
+from doit.exceptions import InvalidDodoFile
+
+from toolchain import backends
+from toolchain.deploy import bundle, runtime_libs, selector, sherpa_run
+from toolchain.engine import cache, limits
+from toolchain.phone import device, step0
+from toolchain.stages import (
+    Stage,
+    calibrate,
+    checkpoint,
+    export,
+    inspect,
+    manifest,
+    parity,
+    report,
+    simplify,
+    verify,
+)
+
+COMPILERS = tuple(stage for backend in backends.REGISTRY.values() for stage in backend.stages)
+STAGES = (
+    Stage("checkpoint", checkpoint.tasks, "Pinned original checkpoint -> PyTorch checkpoint, per model.", "model"),
+    Stage("export", export.tasks, "Checkpoint -> static-shape ONNX, per graph.", "graph"),
+    Stage("simplify", simplify.tasks, "ONNX -> onnxsim ONNX, per graph.", "graph"),
+    Stage("inspect", inspect.tasks, "Hard I/O check of the simplified ONNX, per graph.", "graph"),
+    Stage("parity", parity.tasks, "ONNX on CPU vs PyTorch on real inputs, per model.", "model"),
+    Stage("calibrate", calibrate.tasks, "Real calibration inputs (raw files + input list), per w8a16 graph.", "graph"),
+    *COMPILERS,   # each compiler's own stages: graph -> context binary per chip, read back
+    Stage("verify", functools.partial(verify.tasks, tier="default"),
+          "HTP simulator vs CPU ONNX, default tier, per model and chip.", "model@chip"),
+    Stage("verify_full", functools.partial(verify.tasks, tier="full"),
+          "HTP simulator vs CPU ONNX on every clip (WER), per model and chip; opt-in.", "model@chip", default=False),
+    Stage("manifest", manifest.tasks, "JSON record next to each chip's binaries, per model and chip.", "model@chip"),
+    Stage("runtime", runtime_libs.tasks, "QNN runtime libraries an app ships (names, versions, license terms), "
+          "per toolchain and chip.", "toolchain@chip", default=False),
+    Stage("bundle", bundle.tasks, "Phone bundles (.tar.bz2: onnxruntime EPContext; sherpa-onnx where its contract "
+          "holds), per model and chip.", "model@chip", default=False),
+    Stage("sherpa", functools.partial(sherpa_run.tasks, tier="default"),
+          "sherpa-onnx's Whisper loop on the unpacked sherpa bundle via the QNN C API, default tier, per model and chip.",
+          "model@chip"),
+    Stage("sherpa_full", functools.partial(sherpa_run.tasks, tier="full"),
+          "sherpa-onnx's Whisper loop on every clip of the bundle (WER), per model and chip; opt-in.", "model@chip"),
+    Stage("report", report.tasks, "Summary table of the whole build.", "build"),
+    Stage("chip_index", selector.tasks, "build/chip-index.json: chip -> soc id -> arch -> bundle -> sha256, for the "
+          "app's NPU-or-CPU choice.", "build", default=False),
+    Stage("device", lambda project: device.tasks(project, device.variables(_get_var)), "Attached phone (opt-in): "
+          "choose by ro.soc.model, push, run, compare, measure; per model.", "phone", default=False),
+    Stage("step0", lambda project: step0.task(step0.variables(_get_var)), "Attached phone (opt-in): is the NPU "
+          "likely worth it for a process running today's CPU path?", "phone", default=False),
+)
+NAMES = tuple(s.name for s in STAGES)
+DEFAULT = [s.name for s in STAGES if s.default]
+ALIASED = {"model", "graph", "graph@chip", "model@chip"}   # scopes whose tasks belong to one model
+VARIABLES = ("full", "extra", "limits", "cache", *device.VARIABLES, *step0.VARIABLES)
+
+
+def _get_var(name, default=None):
+    return doit_cmd.get_var(name, default)
+
+
+def variables() -> dict:
+    """The command-line variables (`doit name=value`), checked at load time with the same one-line ERROR
+    as a bad TOML: a misspelt name or a bad value never waits for the task that reads it."""
+    given = dict(doit_cmd._CMDLINE_VARS or {})   # doit keeps them there; get_var() cannot list them
+    for name in given:
+        if name not in VARIABLES:
+            raise InvalidDodoFile(f"command line: unknown variable {name}={given[name]}; known: {', '.join(VARIABLES)}")
+    extra = given.get("extra", "")
+    if extra not in ("", "0", "1"):
+        raise InvalidDodoFile(f"command line: extra={extra}: expected 1 (add models/extra) or 0")
+    where = cache.location()
+    if where is not None and where.exists() and not where.is_dir():
+        raise InvalidDodoFile(f"cache folder {where} (cache= or ${cache.ENV}): not a folder")
+    return {"full": given.get("full", ""), "extra": extra == "1",
+            "slots": limits.configured({s.name: s.slots for s in STAGES if s.slots}, NAMES, given.get("limits", ""))}
+
+
+def task_creators(project, slots: dict) -> dict:
+    """{"task_<stage>": creator} for dodo.py, every stage's tasks made once, plus the aliases."""
+    made = {s.name: s.tasks(project) for s in STAGES}
+    made = {name: ([dict(t, meta={"slots": slots[name]}) for t in tasks] if name in slots else list(tasks))
+            if not isinstance(tasks, dict) else tasks for name, tasks in made.items()}
+    creators = {f"task_{s.name}": _creator(made[s.name], s.doc) for s in STAGES}
+    creators["task_model"] = _creator(list(model_aliases(project, made)), "All tasks of one model.")
+    creators["task_chip"] = _creator(list(chip_aliases(project, made)), "All tasks of one chip, across models.")
+    return creators
+
+
+def _creator(tasks, doc: str):
+    if isinstance(tasks, dict):
+        def create():
+            return tasks
+    else:
+        def create():
+            yield from tasks
+    create.__doc__ = doc
+    return create
+
+
+def _owner(task_name: str) -> tuple[str, str | None]:
+    """'whisper/encoder@SM8750' -> ('whisper', 'SM8750'); 'whisper' -> ('whisper', None)."""
+    head, _, chip = task_name.partition("@")
+    return head.split("/")[0], chip or None
+
+
+def _default_tasks(made: dict):
+    for stage in STAGES:
+        if stage.default and stage.scope in ALIASED:
+            for task in made[stage.name]:
+                yield stage.name, task["name"]
+
+
+def model_aliases(project, made: dict):
+    """`model:<name>`: every default task of one model (a misspelt name fails, where a wildcard matching
+    nothing would silently succeed)."""
+    for model in project.models:
+        deps = [f"{stage}:{name}" for stage, name in _default_tasks(made) if _owner(name)[0] == model.name]
+        yield {"name": model.name, "doc": f"every task of {model.name} (toolchain {model.toolchain})",
+               "task_dep": deps, "actions": None}
+
+
+def chip_aliases(project, made: dict):
+    """`chip:<CHIP>`: every default per-chip task, across models."""
+    for chip in project.chips.values():
+        if any(chip.name in m.chips for m in project.models):
+            deps = [f"{stage}:{name}" for stage, name in _default_tasks(made) if _owner(name)[1] == chip.name]
+            yield {"name": chip.name, "doc": f"every model's tasks for {chip.name}", "task_dep": deps, "actions": None}
+

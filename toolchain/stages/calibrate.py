@@ -1,0 +1,106 @@
+"""Real calibration inputs for a w8a16 graph, once per graph (chip-independent).
+
+The model's own samples go through the float ONNX graphs on the CPU (so a decoder is calibrated on
+the inputs the encoder really produces); each sample becomes one headerless raw file per graph
+input, in the tensor's native dtype, and one line of input_list.txt listing them in graph-input order
+(the qnn-onnx-converter --input_list --use_native_input_files format). The layout is the one the
+model's toolchain reads: ONNX for the embedded one, QNN's native layout for the converter (3-D last
+two axes swapped, 4-D NHWC; qairt.native_permutation). calibration.json records each input's axes
+order, so read() gives ONNX-layout feeds back from either. The samples the default verification
+tier checks ([verify] clips) are held out, so that check always runs on data the quantizer never saw."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from doit.tools import config_changed
+
+from toolchain.engine import paths
+from toolchain.engine.files import atomic_dir, write_json
+from toolchain.engine.worker import StageFailed, load_module, run
+from toolchain.qnn.layout import native_permutation
+from toolchain.stages import compare
+
+
+def tasks(project):
+    for model in project.models:
+        onnx_files = {g.name: paths.simplified(model, g) for g in model.graphs}
+        for graph in model.graphs:
+            if graph.precision != "w8a16":
+                continue
+            folder, log = paths.calibration(model, graph), paths.calibration_log(model, graph)
+            inputs = [[t.name, list(t.shape), t.dtype] for t in graph.inputs]
+            raws = [paths.calibration_raw(model, graph, i, t[0]) for i in range(graph.calibration) for t in inputs]
+            layout = model.backend.calibration_layout
+            kwargs = {"module_file": model.module_file, "onnx_files": onnx_files, "data_dir": model.data_dir,
+                      "graph": graph.name, "inputs": inputs, "count": graph.calibration, "folder": folder,
+                      "layout": layout, "held_out": list(model.verify["clips"])}
+            yield {"name": f"{model.name}/{graph.name}",
+                   "doc": f"{model.name}/{graph.name}: {graph.calibration} real calibration inputs (raw + input list)",
+                   "file_dep": [*model.code_files, *onnx_files.values(), *compare.data_files(model.data_dir)],
+                   "targets": [paths.calibration_list(model, graph), paths.calibration_record(model, graph), *raws, log],
+                   "clean": True,
+                   "actions": [(run, (write, kwargs, log))],
+                   "uptodate": [config_changed({k: kwargs[k] for k in ("count", "inputs", "layout", "held_out")})]}
+
+
+def permutation(layout: str, shape: list) -> list[int]:
+    return list(native_permutation(len(shape)) if layout == "qnn" else range(len(shape)))
+
+
+def write(module_file: str, onnx_files: dict, data_dir, graph: str, inputs: list, count: int, folder: str,
+          layout: str = "onnx", held_out: list = ()):
+    module = load_module(module_file)
+    cpu = {g: compare.cpu(p) for g, p in onnx_files.items()}
+    every = compare.samples(module, data_dir)
+    samples = [s for s in every if s[0] not in held_out]
+    if every and not samples:
+        raise StageFailed(f"{data_dir}: every sample is a held-out verify clip ({list(held_out)}); "
+                          f"calibration needs samples the default verification tier does not check")
+    samples = samples or [None]
+    feeds_of = getattr(module, "calibration_feeds", None) or (
+        lambda run, sample: compare.feeds(module, run, sample, {graph: {"inputs": inputs}}, count))
+    feeds, used = [], []
+    for sample in samples:
+        got = feeds_of(lambda g, f: cpu[g](f), sample)[graph]
+        feeds += got
+        used += [sample[0] if sample else "generated"] * len(got)
+        if len(feeds) >= count:
+            break
+    if len(feeds) < count:
+        raise StageFailed(f"{data_dir}: the samples give {len(feeds)} calibration inputs for graph "
+                          f"'{graph}' (without the held-out verify clips {list(held_out)}), the spec asks "
+                          f"for calibration = {count}")
+    with atomic_dir(folder) as tmp:
+        for old in Path(folder).glob("*.raw"):   # a smaller count must not leave stale samples
+            old.unlink()
+        lines = []
+        for i, sample in enumerate(feeds[:count]):
+            files = []
+            for name, shape, dtype in inputs:
+                array = np.ascontiguousarray(sample[name], dtype=dtype)
+                if list(array.shape) != shape:
+                    raise StageFailed(f"calibration input '{name}' has shape {list(array.shape)}, graph takes {shape}")
+                array.transpose(permutation(layout, shape)).tofile(tmp / paths.calibration_raw_name(i, name))
+                files.append(paths.calibration_raw_name(i, name))
+            lines.append(" ".join(files))
+        (tmp / "input_list.txt").write_text("\n".join(lines) + "\n")
+    write_json(f"{folder}/calibration.json", {
+        "count": count, "samples": used[:count], "held_out": list(held_out), "inputs": inputs, "layout": layout,
+        "axes": {name: permutation(layout, shape) for name, shape, _ in inputs}})
+
+
+def read(folder: str, inputs: list) -> list[dict[str, np.ndarray]]:
+    """The calibration set back as ONNX-layout feeds, from input_list.txt and the recorded axes."""
+    import json
+    record = Path(folder, "calibration.json")
+    axes = json.loads(record.read_text()).get("axes", {}) if record.exists() else {}   # none: ONNX layout
+    feeds = []
+    for line in Path(folder, "input_list.txt").read_text().splitlines():
+        feed = {}
+        for f, (name, shape, dtype) in zip(line.split(), inputs):
+            perm = axes.get(name, list(range(len(shape))))
+            stored = np.fromfile(Path(folder, f), dtype=dtype).reshape([shape[i] for i in perm])
+            feed[name] = stored.transpose(np.argsort(perm))
+        feeds.append(feed)
+    return feeds

@@ -1,0 +1,53 @@
+"""Original checkpoint -> the model code's PyTorch checkpoint, once per model, pinned by sha256."""
+from __future__ import annotations
+
+import os
+import shutil
+
+from doit.tools import config_changed
+
+from toolchain.engine import paths
+from toolchain.engine.files import atomic_path, sha256
+from toolchain.engine.worker import StageFailed, load_module, run
+
+DOC = "verify the pinned checkpoint's sha256 and convert it for the export code"
+
+
+def tasks(project):
+    for model in project.models:
+        ck = model.checkpoint
+        if ck is None:   # every graph's ONNX comes from a declared command or file
+            continue
+        out, log = paths.checkpoint(model), paths.checkpoint_log(model)
+        settings = {"origin": ck.origin, "sha256": ck.sha256, "format": ck.format}
+        kwargs = {"spec_file": model.spec_file, "module_file": model.module_file, "parts": list(ck.parts or [ck.path]),
+                  "pinned": ck.sha256, "fmt": ck.format, "out": out}
+        yield {"name": model.name, "doc": f"{model.name}: {DOC}",
+               "file_dep": [*(ck.parts or [ck.path]), *model.code_files], "targets": [out, log], "clean": True,
+               "actions": [(run, (prepare, kwargs, log))],
+               "uptodate": [config_changed(settings)]}
+
+
+def prepare(spec_file: str, module_file: str, parts: list, pinned: str, fmt: str, out: str):
+    """Refuse a checkpoint whose bytes are not the pinned ones; else let the model code convert it."""
+    if len(parts) == 1:
+        source = parts[0]
+    else:   # join the parts first: the pin is the whole file's hash
+        source = out + ".joined"
+        with atomic_path(source) as tmp, open(tmp, "wb") as joined:
+            for part in parts:
+                with open(part, "rb") as f:
+                    shutil.copyfileobj(f, joined)
+    actual = sha256(source)
+    if actual != pinned:
+        raise StageFailed(f"{spec_file}: checkpoint.sha256: {source} has sha256 {actual}, the spec pins "
+                          f"{pinned}; refusing a different checkpoint (update the pin only if you meant it)")
+    module = load_module(module_file)
+    with atomic_path(out) as tmp:
+        if hasattr(module, "prepare_checkpoint"):
+            module.prepare_checkpoint(source, str(tmp), fmt)
+        else:
+            shutil.copyfile(source, tmp)
+
+    if len(parts) > 1:
+        os.unlink(source)   # the joined copy is only an intermediate

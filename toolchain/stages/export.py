@@ -1,0 +1,130 @@
+"""Checkpoint -> one static-shape ONNX per graph, by the model's own export code."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+
+from doit.tools import config_changed
+
+from toolchain.engine import paths
+from toolchain.engine.files import atomic_path, sha256, write_json
+from toolchain.engine.worker import StageFailed, load_module, run
+
+
+def tool_version() -> dict:
+    return {"torch": metadata.version("torch"), "onnxscript": metadata.version("onnxscript")}
+
+
+def io_record(graph) -> dict:
+    """The declared graph interface, as plain JSON."""
+    def tensors(ts):
+        return [[t.name, list(t.shape), t.dtype] for t in ts]
+    return {"inputs": tensors(graph.inputs), "outputs": tensors(graph.outputs)}
+
+
+def tasks(project):
+    for model in project.models:
+        settings_export = dict(model.export)
+        for graph in model.graphs:
+            out, record = paths.exported(model, graph), paths.export_record(model, graph)
+            log = paths.export_log(model, graph)
+            if graph.source:
+                yield _external_task(model, graph, out, record, log)
+                continue
+            settings = {"export": settings_export, "io": io_record(graph), "tool": tool_version()}
+            kwargs = {"module_file": model.module_file, "checkpoint": paths.checkpoint(model),
+                      "graph": graph.name, "settings": settings_export, "out": out, "record": record}
+            yield {"name": f"{model.name}/{graph.name}",
+                   "doc": f"{model.name}/{graph.name}: checkpoint -> ONNX ({settings_export['exporter']}, "
+                          f"opset {settings_export['opset']}), batch 1, static shapes",
+                   "file_dep": [paths.checkpoint(model), *model.code_files],
+                   "targets": [out, record, log], "clean": True,
+                   "actions": [(run, (export, kwargs, log))],
+                   "uptodate": [config_changed(settings)]}
+
+
+def torch_to_onnx(module, args: tuple, out: str, inputs: list[str], outputs: list[str], settings: dict) -> None:
+    """torch.onnx.export of `module` on `args` into one self-contained ONNX file at `out`, with the
+    spec's exporter and opset. For model code (models/*.py export()). Exported in a scratch folder and
+    re-saved inline, so no side-car .data file ever reaches `out`'s folder."""
+
+    import onnx
+    import torch
+    exporter, opset = settings.get("exporter", "dynamo"), int(settings.get("opset", 18))
+    if exporter not in ("dynamo", "legacy"):
+        raise ValueError(f"unknown exporter {exporter!r} (expected 'dynamo' or 'legacy')")
+    with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
+        path = os.path.join(tmp, "model.onnx")
+        torch.onnx.export(module, args, path, input_names=inputs, output_names=outputs, opset_version=opset,
+                          dynamo=exporter == "dynamo", external_data=False, verbose=False)
+        proto = onnx.load(path)
+    onnx.save(proto, out)
+
+
+def _external_task(model, graph, out: str, record: str, log: str) -> dict:
+    """The ONNX from a declared command (its argv and the files it reads are the dependencies) or a given file."""
+    kind, *rest = graph.source
+    if kind == "onnx":
+        path, sha = rest
+        kwargs, deps, what = {"src": path, "sha": sha, "out": out, "record": record}, [path], f"given ONNX {path}"
+        action = given
+        settings = {"onnx": sha, "io": io_record(graph)}
+    else:
+        argv, reads, cwd = rest
+        kwargs, deps, what = {"argv": list(argv), "cwd": cwd, "out": out, "record": record}, list(reads), "command"
+        action = external
+        settings = {"command": list(argv), "io": io_record(graph)}
+    return {"name": f"{model.name}/{graph.name}",
+            "doc": f"{model.name}/{graph.name}: ONNX from the declared {what}",
+            "file_dep": deps, "targets": [out, record, log], "clean": True,
+            "actions": [(run, (action, kwargs, log))], "uptodate": [config_changed(settings)]}
+
+
+def export(module_file: str, checkpoint: str, graph: str, settings: dict, out: str, record: str):
+    module = load_module(module_file)
+    started = time.monotonic()
+    with atomic_path(out) as tmp:
+        try:
+            module.export(checkpoint, graph, str(tmp), settings)
+        except ValueError as err:   # the model code refusing its settings or checkpoint: one line, no frames
+            raise StageFailed(f"{module_file}: export of graph '{graph}': {err}") from None
+    write_json(record, {"seconds": round(time.monotonic() - started, 2), "settings": settings,
+                        "tool": tool_version(), "commit": repo_commit()})
+
+
+def external(argv: list, cwd: str, out: str, record: str):
+    """Run an external exporter; {out} is where it must write the ONNX, {python} this interpreter."""
+    started = time.monotonic()
+    with atomic_path(out) as tmp:
+        resolved = [a.replace("{out}", str(tmp.resolve())).replace("{python}", sys.executable) for a in argv]
+        print("$", " ".join(resolved), flush=True)
+        rc = subprocess.call(resolved, cwd=cwd)
+        if rc != 0:
+            raise StageFailed(f"export command exited with {rc}: {' '.join(argv)} (cwd {cwd})")
+        if not os.path.getsize(tmp):
+            raise StageFailed(f"export command wrote nothing to {{out}}: {' '.join(argv)}")
+    write_json(record, {"seconds": round(time.monotonic() - started, 2), "settings": {"command": argv},
+                        "tool": {}, "commit": repo_commit()})
+
+
+def given(src: str, sha: str, out: str, record: str):
+    """Take an existing ONNX file, refusing other bytes than the pinned ones."""
+    actual = sha256(src)
+    if actual != sha:
+        raise StageFailed(f"{src}: sha256 {actual}, the spec pins {sha}")
+    with atomic_path(out) as tmp:
+        shutil.copyfile(src, tmp)
+    write_json(record, {"seconds": 0, "settings": {"onnx": src, "sha256": sha}, "tool": {}, "commit": repo_commit()})
+
+
+def repo_commit() -> str:
+    """This repository's commit (with '-dirty' for uncommitted changes): the export's provenance."""
+    def git(*args):
+        return subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()
+    commit = git("rev-parse", "HEAD") or "unknown"
+    return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")

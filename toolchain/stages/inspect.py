@@ -1,0 +1,89 @@
+"""Hard check of a simplified ONNX against the spec: static shapes, batch 1, int32, declared names."""
+from __future__ import annotations
+
+import collections
+
+from doit.tools import config_changed
+
+from toolchain.engine import paths
+from toolchain.engine.files import write_json
+from toolchain.engine.worker import StageFailed, in_process
+from toolchain.stages.export import io_record
+
+DTYPES = {1: "float32", 10: "float16", 6: "int32", 7: "int64", 3: "int8", 2: "uint8", 9: "bool", 11: "float64"}
+INT8 = {2, 3}   # quantize in QNN, never in the ONNX (the guide)
+
+
+def tasks(project):
+    for model in project.models:
+        for graph in model.graphs:
+            src, out = paths.simplified(model, graph), paths.inspected(model, graph)
+            declared = io_record(graph)
+            declared["batch_axes"] = {t.name: t.batch_axis for t in graph.inputs + graph.outputs}
+            declared["precision"] = graph.precision
+            declared["max_fp16_params"] = model.compile["max_fp16_params"]
+            yield {"name": f"{model.name}/{graph.name}",
+                   "doc": f"{model.name}/{graph.name}: assert static shapes, batch 1, int32 I/O, declared names",
+                   "file_dep": [src], "targets": [out], "clean": True,
+                   "actions": [(in_process, (check, src, declared, model.spec_file, out))],
+                   "uptodate": [config_changed(declared)]}
+
+
+def problems(model, declared: dict, spec_file: str) -> list[str]:
+    """Every way the ONNX graph breaks the NPU rules or the spec; empty when it is fine."""
+    found = []
+    for kind, values in (("input", model.graph.input), ("output", model.graph.output)):
+        want = declared[kind + "s"]
+        got_names = [v.name for v in values]
+        if got_names != [w[0] for w in want]:
+            found.append(f"{kind}s are {got_names}, {spec_file} declares {[w[0] for w in want]} (same order)")
+        want_by_name = {w[0]: w for w in want}
+        for v in values:
+            t = v.type.tensor_type
+            dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in t.shape.dim]
+            dtype = DTYPES.get(t.elem_type, f"onnx type {t.elem_type}")
+            if any(not isinstance(d, int) or d <= 0 for d in dims):
+                found.append(f"{kind} '{v.name}': shape {dims} is dynamic; export with fixed sizes")
+            if dtype == "int64":
+                found.append(f"{kind} '{v.name}': int64; the HTP runtimes take int32 (export int32 inputs)")
+            if v.name not in want_by_name:
+                continue
+            _, shape, want_dtype = want_by_name[v.name]
+            if dims != shape:
+                found.append(f"{kind} '{v.name}': shape {dims}, {spec_file} declares {shape}")
+            if dtype != want_dtype:
+                found.append(f"{kind} '{v.name}': dtype {dtype}, {spec_file} declares {want_dtype}")
+            axis = declared["batch_axes"].get(v.name)
+            if axis is not None and axis < len(dims) and dims[axis] != 1:
+                found.append(f"{kind} '{v.name}': batch (axis {axis}) is {dims[axis]}, must be 1")
+    for init in model.graph.initializer:
+        if init.data_type in INT8:
+            found.append(f"initializer '{init.name}' is {DTYPES[init.data_type]}: no int8 in the ONNX "
+                         f"(quantize in QNN, not in the export)")
+            break
+    return found
+
+
+def check(src: str, declared: dict, spec_file: str, out: str):
+    import onnx
+    model = onnx.load(src, load_external_data=False)
+    found = problems(model, declared, spec_file)
+    if found:
+        raise StageFailed(f"{src}: " + "; ".join(found))
+    params = sum(int(_numel(i.dims)) for i in model.graph.initializer)
+    limit = declared["max_fp16_params"]
+    if declared["precision"] == "fp16" and params > limit:
+        raise StageFailed(f"{src}: {params / 1e6:.1f} M parameters ({2 * params / 2**30:.2f} GiB in fp16) exceed "
+                          f"the per-context limit of {limit / 1e6:.1f} M ({spec_file}: compile.max_fp16_params): "
+                          f"declare the graph precision = \"w8a16\" (8-bit weights), or split it into several graphs")
+    write_json(out, {"ops": dict(sorted(collections.Counter(n.op_type for n in model.graph.node).items())),
+                     "nodes": len(model.graph.node), "parameters": params,
+                     "opset": {o.domain or "ai.onnx": o.version for o in model.opset_import},
+                     "io": {k: declared[k] for k in ("inputs", "outputs")}})
+
+
+def _numel(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n

@@ -1,0 +1,91 @@
+"""Per (model, chip): one JSON record of what was built and measured, next to the binaries."""
+from __future__ import annotations
+
+from doit.tools import config_changed
+
+from toolchain.engine import paths
+from toolchain.engine.files import read_json, write_json
+from toolchain.engine.worker import in_process
+from toolchain.stages import parity
+
+# What the binary's own config string says about the request (the full string is in *.compile.json).
+CONFIG_KEYS = ("soc_type", "arch", "vtcm_size", "relaxed_precision_flag", "OpO", "hvx_threads")
+SECTIONS = {"parity", "exports", "inspect", "compile", "verify"}   # the records every compiler's manifest reads
+
+
+def tasks(project):
+    for model, chip in project.model_chips():
+        sources = _sources(project, model, chip)
+        meta = {"model": model.name, "description": model.description, "license": dict(model.license),
+                "checkpoint": {"origin": model.checkpoint.origin, "sha256": model.checkpoint.sha256,
+                               "format": model.checkpoint.format} if model.checkpoint else
+                {"origin": "the graphs' declared sources", "sources": {g.name: list(g.source) for g in model.graphs}},
+                "chip": {**chip.record(), "marketing": chip.marketing}, "toolchain": model.toolchain,
+                "precision": {g.name: g.precision for g in model.graphs},
+                "runtime_libraries": model.backend.runtime_libraries(chip.record())}
+        out = paths.manifest(model, chip)
+        yield {"name": f"{model.name}@{chip.name}",
+               "doc": f"{model.name} on {chip.name}: manifest (chip, SDK build id, checksums, numbers)",
+               "file_dep": [p for group in sources.values() for p in (group.values() if isinstance(group, dict) else [group])],
+               "targets": [out], "clean": True,
+               "actions": [(in_process, (write, meta, sources, out))],
+               "uptodate": [config_changed(meta)]}
+
+
+def _sources(project, model, chip) -> dict:
+    sources = {"parity": paths.parity(model) if parity.available(model) else {},
+               "exports": {g.name: paths.export_record(model, g) for g in model.graphs},
+               "inspect": {g.name: paths.inspected(model, g) for g in model.graphs},
+               "compile": {g.name: paths.compile_record(model, g, chip) for g in model.graphs},
+               "verify": {"default": paths.verified(model, chip)}}
+    if project.wants_full_tier(model, chip) and not project.runtime_gate(model):   # else: sherpa_full
+        sources["verify"]["full"] = paths.verified(model, chip, "full")
+    return {**sources, **model.backend.manifest_sources(model, chip)}   # e.g. QAIRT's model-lib records
+
+
+def write(meta: dict, sources: dict, out: str):
+    compiled = {g: read_json(p) for g, p in sources["compile"].items()}
+    exports = {g: read_json(p) for g, p in sources["exports"].items()}
+    first = next(iter(compiled.values()))
+    record = {**meta,
+              "soc_id": meta["chip"]["soc_model"], "htp_arch": f"v{meta['chip']['htp_arch']}",
+              "sdk": {"build_id": first["info"].get("buildId"), "core_api": first["info"].get("coreApi"),
+                      "backend_api": first["info"].get("backendApi"), "tool": first["tool"]},
+              "export": {g: {"commit": e["commit"], "settings": e["settings"], "tool": e["tool"]}
+                         for g, e in exports.items()},
+              "binaries": {g: {"file": c["binary"], "context_model": c["context_model"], "sha256": c["sha256"],
+                               "bytes": c["bytes"], "compile_seconds": c["seconds"],
+                               "graph_name": c["info"]["graphs"][0]["name"],
+                               "config": {k: c["config"].get(k) for k in CONFIG_KEYS},
+                               "io": binary_io(c["info"])}
+                           for g, c in compiled.items()},
+              "graphs": {g: read_json(p) for g, p in sources["inspect"].items()},
+              "parity": read_json(sources["parity"]) if sources["parity"] else
+              {"skipped": "no PyTorch original ([parity] reference = \"none\")", "tensors": {}},
+              "verify": {tier: read_json(p) for tier, p in sources["verify"].items()}}
+    # What an app copies in and out per call (sherpa-onnx's QnnModel copies every tensor every call)
+    record["cost"] = {"io_bytes_per_call": {g: io_bytes(i["io"]) for g, i in record["graphs"].items()},
+                      "binary_bytes": {g: b["bytes"] for g, b in record["binaries"].items()}}
+    for section in sources.keys() - SECTIONS:   # a compiler's own records (Backend.manifest_sources)
+        record[section] = {g: read_json(p) for g, p in sources[section].items()}
+    write_json(out, record)
+
+
+def binary_io(info: dict) -> dict:
+    """The compiled graph's I/O as read back from the binary: name, shape, dtype, and the scale and offset
+    of a quantized (e.g. UFIXED_POINT_16) tensor, which an app must apply itself."""
+    graph = info["graphs"][0]
+    return {kind: [{k: t[k] for k in ("name", "shape", "dtype", "scale", "offset") if k in t} for t in graph[kind]]
+            for kind in ("inputs", "outputs")}
+
+
+def io_bytes(interface: dict) -> int:
+    """Bytes of one call's declared inputs and outputs."""
+    size = {"float32": 4, "int32": 4, "float16": 2, "int64": 8, "uint8": 1, "int8": 1, "uint16": 2}
+    total = 0
+    for _, shape, dtype in interface["inputs"] + interface["outputs"]:
+        n = 1
+        for d in shape:
+            n *= d
+        total += n * size.get(dtype, 4)
+    return total

@@ -1,0 +1,64 @@
+"""ONNX on the CPU (onnxruntime) against the PyTorch original on real inputs, once per model."""
+from __future__ import annotations
+
+from importlib import metadata
+
+from doit.tools import config_changed
+
+from toolchain.engine import paths
+from toolchain.engine.files import write_json
+from toolchain.engine.worker import StageFailed, load_module, run
+from toolchain.stages import compare
+from toolchain.stages.export import io_record
+
+
+def tasks(project):
+    tool = {"torch": metadata.version("torch"), "onnxruntime": metadata.version("onnxruntime")}
+    for model in project.models:
+        if not available(model):
+            continue
+        settings = {**model.parity, "metric": dict(model.metric)}
+        onnx_files = {g.name: paths.simplified(model, g) for g in model.graphs}
+        out = paths.parity(model)
+        checkpoint = [paths.checkpoint(model)] if model.checkpoint else []
+        kwargs = {"module_file": model.module_file, "checkpoint": (checkpoint or [None])[0],
+                  "onnx_files": onnx_files, "data_dir": model.data_dir, "settings": settings, "out": out,
+                  "io": {g.name: io_record(g) for g in model.graphs}}
+        yield {"name": model.name,
+               "doc": f"{model.name}: ONNX on CPU vs PyTorch on real inputs (max_abs {settings['max_abs']}"
+                      f"{', task metric' if model.data_dir else ''})",
+               "file_dep": [*checkpoint, *model.code_files, *onnx_files.values(),
+                            *compare.data_files(model.data_dir)],
+               "targets": [out, paths.parity_log(model)], "clean": True,
+               "actions": [(run, (check, kwargs, paths.parity_log(model)))],
+               "uptodate": [config_changed({"settings": settings, "tool": tool})]}
+
+
+def available(model) -> bool:
+    """A PyTorch original exists to compare with (not for an ONNX given as a file)."""
+    return model.parity["reference"] == "torch"
+
+
+def check(module_file: str, checkpoint: str | None, onnx_files: dict, data_dir, settings: dict, out: str, io: dict):
+    module = load_module(module_file)
+    torch_run = compare.with_io(module.torch_runner, io)(checkpoint)
+    cpu = {g: compare.cpu(p) for g, p in onnx_files.items()}
+
+    def onnx_run(graph, feeds):
+        return cpu[graph](feeds)
+
+    samples = compare.samples(module, data_dir)
+    feeds = compare.feeds(module, torch_run, samples[0] if samples else None, io)
+    errors = compare.tensor_errors(torch_run, onnx_run, feeds)
+    record = {"tensors": errors, "settings": settings}
+    failures = [f"{g}: max abs error {e['max_abs']:.3g} > {settings['max_abs']}"
+                for g, e in errors.items() if e["max_abs"] > settings["max_abs"]]
+    if samples and hasattr(module, "evaluate"):   # the model's own task metric (text, ranking, top-1)
+        evaluate = compare.with_io(module.evaluate, io)
+        ref, got = evaluate(torch_run, samples), evaluate(onnx_run, samples)
+        record["task"], task_failures = module.agree(ref, got, {**settings["metric"], "tier": "parity"})
+        failures += task_failures
+    print(record)
+    if failures:
+        raise StageFailed(f"parity failed for {', '.join(onnx_files.values())}: " + "; ".join(failures))
+    write_json(out, record)

@@ -1,0 +1,89 @@
+"""Summary table of every (model, chip) manifest: printed and written to build/report.md (and, with a
+chart, to build/report.html by report_html.py)."""
+from __future__ import annotations
+
+import os
+
+from toolchain.engine import paths
+from toolchain.engine.files import atomic_path, read_json
+from toolchain.engine.worker import in_process
+from toolchain.stages import manifest, report_html
+
+COLUMNS = ("model", "chip", "arch", "precision", "binaries MB", "compile s", "parity max abs",
+           "parity task", "sim max rel", "sim task (default)", "sim task (full)", "verify s", "SDK")
+
+
+def tasks(project):
+    manifests = [paths.manifest(m, c) for m, c in project.model_chips()]
+    runs = [paths.sherpa_run(m, c, tier) for m, c in project.model_chips() if project.runtime_gate(m)
+            for tier in ("default", "full") if tier == "default" or project.wants_full_tier(m, c)]
+    return {"doc": "summary table of all manifests -> build/report.md (and stdout), build/report.html",
+            "file_dep": manifests + runs, "targets": [paths.REPORT, paths.REPORT_HTML], "clean": True,
+            "verbosity": 2,
+            "actions": [(in_process, (write, manifests, paths.REPORT, runs)),
+                        (in_process, (report_html.write, manifests, paths.REPORT_HTML))]}
+
+
+def row(m: dict) -> list[str]:
+    parity, verify = m["parity"], m["verify"]["default"]
+    full = m["verify"].get("full", {}).get("task", {}).get("summary", "-")
+    return [m["model"], m["chip"]["name"], m["htp_arch"], "/".join(sorted(set(m["precision"].values()))),
+            f"{sum(b['bytes'] for b in m['binaries'].values()) / 1e6:.1f}",
+            " + ".join(f"{b['compile_seconds']:.1f}" for b in m["binaries"].values()),
+            f"{max(t['max_abs'] for t in parity['tensors'].values()):.2g}" if parity["tensors"] else "skipped",
+            parity.get("task", {}).get("summary", "-"),
+            f"{max(t['max_rel'] for t in verify['tensors'].values()):.2g}",
+            verify.get("task", {}).get("summary", "-"), full,
+            f"{verify['seconds']:.0f}", m["sdk"]["build_id"] or "?"]
+
+
+def table(rows: list[list[str]], columns=COLUMNS) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+
+
+COST = ("model", "chip", "graph I/O MB per call (enc / dec)", "binaries MB (enc / dec)", "runtime loop",
+        "sim s per encoder call", "sim s per decoder call", "loop vs CPU ONNX")
+
+
+def cost_rows(manifests: list[dict], runs: dict) -> list[list[str]]:
+    """Per encoder/decoder model and chip: I/O volume per call, sizes, and the runtime loop's timings."""
+    rows = []
+    for m in manifests:
+        if set(m["graphs"]) != {"encoder", "decoder"}:
+            continue
+        run = runs.get((m["model"], m["chip"]["name"]))
+        mb = lambda b: f"{b / 1e6:.1f}"
+        rows.append([m["model"], m["chip"]["name"],
+                     " / ".join(mb(manifest.io_bytes(m["graphs"][g]["io"])) for g in ("encoder", "decoder")),
+                     " / ".join(mb(m["binaries"][g]["bytes"]) for g in ("encoder", "decoder")),
+                     "sherpa-onnx (QNN C API)" if run else "onnxruntime EP (verify)",
+                     f"{run['cost']['sim_seconds_per_encoder_call']:.1f}" if run else _per_call(m, "encoder", 1),
+                     f"{run['cost']['sim_seconds_per_decoder_call']:.2f}" if run else _per_call(m, "decoder", 2),
+                     run["task"]["summary"] if run else "-"])
+    return rows
+
+
+def _per_call(m: dict, graph: str, digits: int) -> str:
+    """Simulator seconds per call of the verify stage's tensor check (onnxruntime's QNN EP)."""
+    t = m["verify"]["default"]["tensors"][graph].get("seconds_per_call")
+    return "-" if t is None else f"{t:.{digits}f}"
+
+
+def write(manifests: list[str], out: str, runs: list[str] = ()):
+    records = [read_json(p) for p in manifests]
+    by_chip = {}
+    for path in runs:   # the default tier's record, replaced by the full tier's where it ran
+        if os.path.exists(path):
+            r = read_json(path)
+            key = (path.split("/")[1], path.split("/")[3])
+            if key not in by_chip or r["tier"] == "full":
+                by_chip[key] = r
+    text = "# Build report\n\n" + table([row(r) for r in records])
+    costs = cost_rows(records, by_chip)
+    if costs:
+        text += ("\n## Encoder/decoder cost per call\n\n"
+                 + table(costs, COST))
+    with atomic_path(out) as tmp:
+        tmp.write_text(text)
+    print(text)

@@ -1,0 +1,34 @@
+"""Exported ONNX -> onnxsim-simplified ONNX, once per graph."""
+from __future__ import annotations
+
+from importlib import metadata
+
+from doit.tools import config_changed
+
+from toolchain.engine import paths
+from toolchain.engine.files import atomic_path
+from toolchain.engine.worker import StageFailed, run
+
+
+def tasks(project):
+    tool = {"onnxsim": metadata.version("onnxsim"), "onnx": metadata.version("onnx")}
+    for model in project.models:
+        for graph in model.graphs:
+            src, out = paths.exported(model, graph), paths.simplified(model, graph)
+            log = paths.simplify_log(model, graph)
+            yield {"name": f"{model.name}/{graph.name}",
+                   "doc": f"{model.name}/{graph.name}: onnxsim (constant folding, shape inference)",
+                   "file_dep": [src], "targets": [out, log], "clean": True,
+                   "actions": [(run, (simplify, {"src": src, "out": out}, log))],
+                   "uptodate": [config_changed({"tool": tool})]}
+
+
+def simplify(src: str, out: str):
+    import onnx
+    import onnxsim
+    model, ok = onnxsim.simplify(onnx.load(src))
+    if not ok:
+        raise StageFailed(f"{src}: onnxsim could not validate the simplified model")
+    print(f"nodes: {len(onnx.load(src, load_external_data=False).graph.node)} -> {len(model.graph.node)}")
+    with atomic_path(out) as tmp:
+        onnx.save(model, str(tmp))

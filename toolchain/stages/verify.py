@@ -1,0 +1,96 @@
+"""Compiled binaries in the x86 HTP simulator (the compiler's own runner: model.backend) against the CPU ONNX, once per (model, chip) and tier.
+
+Tiers, because the simulator is ~100x slower than the CPU: "default" runs every chip on the clips the
+spec names (tensor errors + identical transcripts); "full" runs all clips and computes WER."""
+from __future__ import annotations
+
+import hashlib
+import time
+
+from doit.tools import config_changed
+
+from toolchain.engine import paths
+from toolchain.engine.files import read_json, sha256, write_json
+from toolchain.engine.worker import StageFailed, load_module, run
+from toolchain.stages import compare
+from toolchain.stages.export import io_record
+
+
+def tasks(project, tier: str):
+    for model, chip in project.model_chips():
+        if tier == "full" and project.runtime_gate(model):   # its full tier is the runtime's own loop
+            continue
+        backend, settings = model.backend, model.verify
+        clips = () if tier == "full" else settings["clips"]
+        graphs = {g.name: {"onnx": paths.simplified(model, g), "binary": paths.context_binary(model, g, chip),
+                           "record": paths.compile_record(model, g, chip)} for g in model.graphs}
+        if backend.emits_context_model:
+            for g in model.graphs:
+                graphs[g.name]["context"] = paths.context_model(model, g, chip)
+        out, log = paths.verified(model, chip, tier), paths.verify_log(model, chip, tier)
+        precisions = sorted({g.precision for g in model.graphs})
+        checks = {"max_rel": max(settings["max_rel"] if p == "fp16" else settings["max_rel_w8a16"]
+                                 for p in precisions),
+                  "metric": dict(model.metric), "clips": list(clips), "tier": tier}
+        kwargs = {"module_file": model.module_file, "graphs": graphs, "data_dir": model.data_dir,
+                  "simulators": {g.name: list(backend.simulator(model, g, chip, tier)) for g in model.graphs},
+                  "checks": checks, "out": out, "io": {g.name: io_record(g) for g in model.graphs}}
+        what = "all clips, WER" if tier == "full" else f"clips {', '.join(clips) or '(generated inputs)'}"
+        yield {"name": f"{model.name}@{chip.name}",
+               "doc": f"{model.name} on {chip.name}: {backend.verify_runner_name()} vs CPU ONNX, {tier} tier ({what})",
+               "file_dep": [*model.code_files, *[p for g in graphs.values() for p in g.values()],
+                            *compare.data_files(model.data_dir)],
+               "targets": [out, log], "clean": True,
+               "actions": [(run, (check, kwargs, log))],
+               "uptodate": [config_changed({"checks": checks, **backend.verify_settings(model, chip, tier)})]}
+
+
+def check(module_file: str, graphs: dict, data_dir, simulators: dict, checks: dict, out: str, io: dict):
+    """Every graph's simulator run (the backend's runner) against the CPU ONNX on the same feeds."""
+    started = time.monotonic()
+    for g in graphs.values():   # doit checks only that targets exist; flipped weights still load
+        recorded = read_json(g["record"])["sha256"]
+        if sha256(g["binary"]) != recorded:
+            raise StageFailed(f"{g['binary']}: sha256 differs from the one recorded at compile "
+                              f"({recorded}); the file changed: run `doit clean` on its compile task")
+    module = load_module(module_file)
+    cpu = {name: compare.cpu(g["onnx"]) for name, g in graphs.items()}
+    sim = {name: _memo(factory(**kwargs)) for name, (factory, kwargs) in simulators.items()}
+
+    def cpu_run(graph, feeds):
+        return cpu[graph](feeds)
+
+    def sim_run(graph, feeds):
+        return sim[graph](feeds)
+
+    samples = compare.samples(module, data_dir, checks["clips"])
+    feeds = compare.feeds(module, cpu_run, samples[0] if samples else None, io)
+    errors = compare.tensor_errors(cpu_run, sim_run, feeds)
+    record = {"tier": checks["tier"], "tensors": errors, "checks": checks}
+    failures = [f"{g}: max error {e['max_rel']:.3g} of the output range > {checks['max_rel']}"
+                for g, e in errors.items() if e["max_rel"] > checks["max_rel"]]
+    if samples and hasattr(module, "evaluate"):   # the model's own task metric
+        evaluate = compare.with_io(module.evaluate, io)
+        ref, got = evaluate(cpu_run, samples), evaluate(sim_run, samples)
+        record["task"], task_failures = module.agree(ref, got, {**checks["metric"], "tier": checks["tier"]})
+        failures += [f"simulator vs CPU ONNX: {f}" for f in task_failures]
+    record["seconds"] = round(time.monotonic() - started, 1)
+    print(record)
+    if failures:
+        raise StageFailed(f"{', '.join(g['binary'] for g in graphs.values())}: " + "; ".join(failures))
+    write_json(out, record)
+
+
+def _memo(run):
+    """Cache simulator calls by input bytes: the tensor check and the transcript share the encoder run."""
+    cache = {}
+
+    def cached(feeds):
+        key = hashlib.sha1(b"".join(k.encode() + v.tobytes() for k, v in sorted(feeds.items()))).hexdigest()
+        if key in cache:
+            return cache[key]
+        if len(cache) >= 4:   # bounded: decoder steps carry megabytes of cache each
+            cache.pop(next(iter(cache)))
+        cache[key] = run(feeds)
+        return cache[key]
+    return cached
