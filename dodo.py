@@ -3,20 +3,24 @@
 The table of contents is toolchain/pipeline.py: every stage in run order, one line each (`doit list`).
 `doit full=SM8750` adds the full verification tier for a chip; `doit extra=1` the models of models/extra/."""
 import os
+import sys
 
 from toolchain import pipeline, project
-from toolchain.engine import paths
+from toolchain.engine import buildlock, checker, files, paths
 
 VARIABLES = pipeline.variables()   # checked before anything runs: a bad one is one ERROR line
 DOIT_CONFIG = {
     "dep_file": paths.STATE_DB,
     "backend": "sqlite3sync",          # commits per task: a killed build keeps what finished
-    "check_file_uptodate": "md5",      # content, not mtime, decides
+    "check_file_uptodate": checker.ContentChecker,   # content decides, even when an mtime was kept
     "action_string_formatting": "new",
     "par_type": "thread",              # `doit -n N`: actions only wait on child processes (docs/scale.md)
     "default_tasks": pipeline.DEFAULT,
 }
 
 os.makedirs(paths.BUILD, exist_ok=True)   # doit opens the state DB before any task runs
+if buildlock.hold(sys.argv):   # one build per folder: a second doit here stops, naming the first
+    files.sweep(paths.BUILD)   # then no other step is running: temp files left here are a killed step's
+    buildlock.on_interrupt()   # Ctrl-C / SIGTERM: one line, finished tasks kept, no traceback
 PROJECT = project.load("models", full=VARIABLES["full"], extra=VARIABLES["extra"])
-globals().update(pipeline.task_creators(PROJECT, VARIABLES["slots"]))   # task_<stage> for each stage, task_model, task_chip
+globals().update(pipeline.task_creators(PROJECT, VARIABLES["slots"], VARIABLES["rehash"]))   # task_<stage>, task_model, task_chip

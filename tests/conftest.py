@@ -6,6 +6,7 @@ import io
 import os
 import runpy
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -53,7 +54,10 @@ class Project:
         from doit.cmd_base import ModuleTaskLoader
         from doit.doit_cmd import DoitMain
         from doit.exceptions import InvalidDodoFile
+
+        from toolchain.engine import buildlock
         cwd = os.getcwd()
+        handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}   # the dodo sets its own
         os.chdir(self.root)
         try:
             doit.doit_cmd.reset_vars()
@@ -61,16 +65,22 @@ class Project:
                 if "=" in arg and not arg.startswith("-"):
                     doit.doit_cmd.set_var(*arg.split("=", 1))
             out = io.StringIO()
+            argv, sys.argv = sys.argv, ["doit", *args]   # what the dodo reads its command from
             try:
                 members = runpy.run_path(str(self.root / "dodo.py"))
             except InvalidDodoFile as err:   # as doit prints a mistake found while loading the dodo
                 sys.stderr.write(f"ERROR: {err}\n")
                 return 3, [], ""
+            finally:
+                sys.argv = argv
             rc = DoitMain(ModuleTaskLoader(members), config_filenames=(),
                           extra_config={"GLOBAL": {"outfile": out}}).run(list(args))
         finally:
             os.chdir(cwd)
             doit.doit_cmd.reset_vars()   # no variable leaks into the next load
+            buildlock.release()          # a doit process ends here: its build lock goes
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
         text = out.getvalue()
         return rc or 0, [line[3:] for line in text.splitlines() if line.startswith(".  ")], text
 
@@ -80,10 +90,10 @@ class Project:
                               text=True, timeout=timeout)
 
     def build_state(self) -> dict[str, str]:
-        """sha256 of every file under build/ except the state DB."""
+        """sha256 of every file under build/ except the engine's own books (state DB, outputs record, locks)."""
         build = self.root / "build"
         return {str(p.relative_to(build)): sha256(p) for p in sorted(build.rglob("*"))
-                if p.is_file() and not p.name.startswith(".doit.db")}
+                if p.is_file() and not p.relative_to(build).parts[0].startswith(".")}
 
 
 def sha256(path) -> str:

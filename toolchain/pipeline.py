@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import functools
+import os
 
 from doit import doit_cmd
 from doit.exceptions import InvalidDodoFile
 
 from toolchain import backends
 from toolchain.deploy import bundle, runtime_libs, selector, sherpa_run
-from toolchain.engine import cache, limits
+from toolchain.engine import cache, limits, outputs
 from toolchain.phone import device, step0
 from toolchain.stages import (
     Stage,
@@ -59,7 +60,7 @@ STAGES = (
 NAMES = tuple(s.name for s in STAGES)
 DEFAULT = [s.name for s in STAGES if s.default]
 ALIASED = {"model", "graph", "graph@chip", "model@chip"}   # scopes whose tasks belong to one model
-VARIABLES = ("full", "extra", "limits", "cache", *device.VARIABLES, *step0.VARIABLES)
+VARIABLES = ("full", "extra", "limits", "cache", outputs.VAR, *device.VARIABLES, *step0.VARIABLES)
 
 
 def _get_var(name, default=None):
@@ -79,19 +80,36 @@ def variables() -> dict:
     where = cache.location()
     if where is not None and where.exists() and not where.is_dir():
         raise InvalidDodoFile(f"cache folder {where} (cache= or ${cache.ENV}): not a folder")
-    return {"full": given.get("full", ""), "extra": extra == "1",
+    rehash = given.get(outputs.VAR, "")
+    if rehash not in ("", "0", "1"):
+        raise InvalidDodoFile(f"command line: {outputs.VAR}={rehash}: expected 1 (compare every output's bytes) or 0")
+    return {"full": given.get("full", ""), "extra": extra == "1", "rehash": rehash == "1" or bool(os.environ.get(outputs.ENV)),
             "slots": limits.configured({s.name: s.slots for s in STAGES if s.slots}, NAMES, given.get("limits", ""))}
 
 
-def task_creators(project, slots: dict) -> dict:
+def task_creators(project, slots: dict, rehash: bool = False) -> dict:
     """{"task_<stage>": creator} for dodo.py, every stage's tasks made once, plus the aliases."""
-    made = {s.name: s.tasks(project) for s in STAGES}
-    made = {name: ([dict(t, meta={"slots": slots[name]}) for t in tasks] if name in slots else list(tasks))
-            if not isinstance(tasks, dict) else tasks for name, tasks in made.items()}
+    made = {}
+    for stage in STAGES:
+        tasks = stage.tasks(project)
+        made[stage.name] = _engine(tasks, slots.get(stage.name), rehash) if isinstance(tasks, dict) else \
+            [_engine(t, slots.get(stage.name), rehash) for t in tasks]
     creators = {f"task_{s.name}": _creator(made[s.name], s.doc) for s in STAGES}
     creators["task_model"] = _creator(list(model_aliases(project, made)), "All tasks of one model.")
     creators["task_chip"] = _creator(list(chip_aliases(project, made)), "All tasks of one chip, across models.")
     return creators
+
+
+def _engine(task: dict, slots: int | None, rehash: bool) -> dict:
+    """What the engine adds to every task: its slot count, and its outputs as part of its state
+    (recorded after it succeeds; a target changed since makes it stale: outputs.py)."""
+    task = dict(task)
+    if slots is not None:
+        task["meta"] = {"slots": slots}
+    if task.get("targets") and task.get("actions"):
+        task["actions"] = [*task["actions"], outputs.record]
+        task["uptodate"] = [*task.get("uptodate", []), (outputs.intact, (), {"rehash": rehash})]
+    return task
 
 
 def _creator(tasks, doc: str):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +49,7 @@ def load(models_dir: str | Path = "models", full: str = "", extra: bool = False)
     """Load every models/*.toml (and models/extra/*.toml with `extra`: opt-in models, too slow for
     every build on 2 cores); `full` is a comma list of chips ('all' for every chip) for the full tier."""
     chips = chip_table.load()
-    files = sorted(Path(models_dir).glob("*.toml")) + (sorted(Path(models_dir, "extra").glob("*.toml")) if extra else [])
+    files = spec_files(Path(models_dir)) + (spec_files(Path(models_dir, "extra")) if extra else [])
     models = tuple(m for f in files for m in spec.load_file(f, chips))
     names = [m.name for m in models]
     for name in names:
@@ -63,6 +64,19 @@ def load(models_dir: str | Path = "models", full: str = "", extra: bool = False)
     models = with_backends(models, chips)
     return Project(models=models, chips=chips, full_chips=wanted,
                    gated=frozenset(m.name for m in models if sherpa_run.wanted(m)))
+
+
+def spec_files(folder: Path) -> list[Path]:
+    """The folder's *.toml, without editor and OS droppings (.#x.toml lock links, ._x.toml macOS
+    companions, x.toml~ backups, hidden files), each skipped one said on stderr."""
+    found = []
+    for path in sorted(folder.glob("*.toml*")):
+        if path.name.startswith((".", "#")) or not path.name.endswith(".toml"):
+            if path.name.endswith((".toml", ".toml~", ".toml#")):
+                print(f"{path}: skipped (an editor's or the OS's file, not a spec)", file=sys.stderr)
+            continue
+        found.append(path)
+    return found
 
 
 def with_backends(models, chips: dict) -> tuple:

@@ -22,6 +22,11 @@ class Backend:
         """Tool build id: part of the settings of every task whose output the compiler decides."""
         raise NotImplementedError
 
+    def tool_files(self) -> list[str]:
+        """Files whose bytes decide its outputs (compiler and simulator libraries): every task whose output
+        the compiler decides lists them in its file_dep, so changed bytes rebuild under the same version."""
+        return []
+
     def sdk_version(self) -> str:
         """The QAIRT version of the compiler: the runtime libraries must come from the same family."""
         raise NotImplementedError

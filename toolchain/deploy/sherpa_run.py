@@ -46,7 +46,7 @@ def tasks(project, tier: str):
         yield {"name": f"{model.name}@{chip.name}",
                "doc": f"{model.name} on {chip.name}: sherpa-onnx's Whisper loop on the unpacked bundle through "
                       f"the QNN C API (HTP simulator) vs CPU ONNX, {tier} tier ({what})",
-               "file_dep": [kwargs["bundle"], *model.code_files, *onnx.values()],
+               "file_dep": [kwargs["bundle"], *model.code_files, *onnx.values(), *model.backend.tool_files()],
                "targets": [out, log], "clean": True,
                "actions": [(run, (check, kwargs, log))],
                "uptodate": [config_changed({"checks": checks, "tool": model.backend.identity()})]}

@@ -23,7 +23,7 @@ from pathlib import Path
 import doit
 from doit.tools import config_changed
 
-from toolchain.engine.files import sha256
+from toolchain.engine.files import MODE, sha256
 
 ENV, VAR = "QNN_CACHE", "cache"
 FORMAT = 1   # bump when the key material or the layout changes
@@ -132,7 +132,8 @@ class Store:
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             for tmp, _ in staged:
                 os.unlink(tmp)
-            _warn(f"{path}: unusable cache entry ignored, recomputing ({err})")
+            _warn(f"{path}: unusable cache entry evicted, recomputing ({err})")
+            path.unlink(missing_ok=True)   # evicted: never offered again
             return False
         for tmp, out in staged:
             os.replace(tmp, out)
@@ -169,6 +170,7 @@ def _copy(src: str | Path, dst: str | Path, digest: str, replace: bool = False) 
                 out.write(block)
         if hasher.hexdigest() != digest:
             raise ValueError(f"{src} has sha256 {hasher.hexdigest()}, recorded {digest}")
+        os.chmod(tmp, MODE)   # the umask's mode: a shared cache is read by other users
         if replace:
             os.replace(tmp, dst)
     except BaseException:
@@ -182,6 +184,7 @@ def _write(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     with os.fdopen(fd, "wb") as out:
         out.write(data)
+    os.chmod(tmp, MODE)
     os.replace(tmp, path)
 
 

@@ -10,6 +10,15 @@ import tempfile
 from pathlib import Path
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+MODE = 0o666 & ~_umask()   # what open() would give a new file: mkstemp's 0600 is not for outputs
+
+
 def sha256(path: str | Path) -> str:
     """Hex sha256 of a file's bytes."""
     digest = hashlib.sha256()
@@ -28,6 +37,7 @@ def atomic_path(path: str | Path):
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, MODE)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -43,17 +53,40 @@ def atomic_dir(path: str | Path):
     try:
         yield tmp
         for item in sorted(tmp.iterdir()):
+            if item.is_file():
+                os.chmod(item, MODE)
             os.replace(item, path / item.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_json(path: str | Path, data) -> None:
-    """Write JSON (sorted keys, trailing newline) atomically."""
+    """Write strict JSON (sorted keys, trailing newline; NaN and Infinity refused) atomically."""
+    text = json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        tmp.write_text(text)
 
 
 def read_json(path: str | Path):
-    """Read a JSON file."""
-    return json.loads(Path(path).read_text())
+    """Read a JSON file; a damaged one is a ValueError naming it (its task is rebuilt: outputs.py)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not valid JSON ({err}): damaged? `doit` rebuilds it when it changed "
+                         f"after its task wrote it") from None
+
+
+TEMP = (".*.tmp", ".tmp-*")   # what atomic_path / atomic_dir leave behind when killed
+
+
+def sweep(folder: str | Path) -> list[str]:
+    """Remove the temp files and folders killed steps left under `folder`; returns what went."""
+    gone = []
+    for pattern in TEMP:
+        for item in Path(folder).rglob(pattern):
+            if item.is_dir():
+                shutil.rmtree(item, ignore_errors=True)
+            elif item.exists():
+                item.unlink(missing_ok=True)
+            gone.append(str(item))
+    return gone

@@ -2,11 +2,15 @@
 File names a compiler chooses come from model.backend (backends/base.py)."""
 from __future__ import annotations
 
+import re
+
 BUILD = "build"
 REPORT = f"{BUILD}/report.md"
 REPORT_HTML = f"{BUILD}/report.html"
 STATE_DB = f"{BUILD}/.doit.db"
 LOCKS = f"{BUILD}/.locks"   # per-stage slot files (limits.py)
+BUILD_LOCK = f"{BUILD}/.build.lock"   # one doit at a time (buildlock.py)
+OUTPUTS_DB = f"{BUILD}/.outputs.db"   # what each task wrote (outputs.py)
 
 
 def model_dir(model) -> str:
@@ -158,7 +162,8 @@ def calibration_raw(model, graph, index: int, tensor: str) -> str:
 
 
 def calibration_raw_name(index: int, tensor: str) -> str:
-    return f"{index:04d}-{tensor}.raw"
+    """A tensor name may hold '/' or spaces (exporters write 'encoder/x 0'): not in a file name."""
+    return f"{index:04d}-{re.sub(r'[^A-Za-z0-9_.-]', '_', tensor)}.raw"
 
 
 def calibration_log(model, graph) -> str:

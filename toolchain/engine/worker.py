@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+import traceback
 
 from doit.exceptions import TaskError, TaskFailed
 
@@ -16,6 +17,7 @@ from toolchain.engine.files import atomic_path
 
 FAILED = "STAGE-FAILED: "
 EXIT_FAILED = 3
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # toolchain/
 FUNCTION = "__function__"
 
 
@@ -84,7 +86,7 @@ def _call(function: str, kwargs: dict, log: str):
     lines = text.splitlines()
     failed = [line[len(FAILED):] for line in lines if line.startswith(FAILED)]
     if rc == EXIT_FAILED and failed:
-        return TaskFailed(failed[-1])
+        return TaskFailed(failed[-1] + ("" if "Error:" not in failed[-1] else f"\n  full traceback: {log}"))
     tail = "\n".join(lines[-25:])
     return TaskError(f"{function} exited with {rc}; log {log}, last lines:\n{tail}")
 
@@ -97,7 +99,30 @@ def main(argv: list[str]) -> int:
         sys.stdout.flush()
         print(f"{FAILED}{err}", flush=True)
         return EXIT_FAILED
+    except Exception as err:   # the user's own code (a model module, a command) or ours: frames in the log
+        user = where_in_user_code(err)
+        if user is None:
+            raise
+        traceback.print_exc(file=sys.stdout)
+        print(f"{FAILED}{user}: {type(err).__name__}: {err}", flush=True)
+        return EXIT_FAILED
     return 0
+
+
+def where_in_user_code(err: BaseException) -> str | None:
+    """'models/m.py:12 (in export)' for the innermost frame of an error raised in code outside this package
+    and outside installed packages (the user's model module), or its syntax error's file and line."""
+    if isinstance(err, SyntaxError) and err.filename and not _ours(err.filename):
+        return f"{os.path.relpath(err.filename)}:{err.lineno}"
+    user = [f for f in traceback.extract_tb(err.__traceback__) if not _ours(f.filename)]
+    return f"{os.path.relpath(user[-1].filename)}:{user[-1].lineno} (in {user[-1].name})" if user else None
+
+
+def _ours(filename: str) -> bool:
+    """Frames of this package, of Python itself or of an installed package: not the user's code."""
+    path = os.path.abspath(filename)
+    return (path.startswith(_PACKAGE) or path.startswith(sys.prefix) or path.startswith(sys.base_prefix)
+            or "site-packages" in path or filename.startswith("<"))
 
 
 def load_module(path: str):

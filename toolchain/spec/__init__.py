@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
 import tomllib
 from collections.abc import Mapping
@@ -19,6 +20,11 @@ PRECISIONS = ("fp16", "w8a16")   # w8a16: 8-bit weights, 16-bit activations, qua
 AUTO = "auto"   # toolchain = "auto": the QAIRT SDK when $QNN_SDK_ROOT is a complete one (project.py says which)
 ANDROID_LIBS = ("auto", "required", "off")   # QAIRT aarch64-android model libs: with an NDK / always / never
 CHECKPOINT_FORMATS = ("ctranslate2", "openai-whisper", "safetensors", "torch")
+# The opsets torch 2.13 can export (torch.onnx._constants: ONNX_MIN_OPSET 7, ONNX_MAX_OPSET 23); model code
+# that writes its ONNX itself is held to the same range. onnxruntime 1.32 loads all of them.
+OPSETS = (7, 23)
+MAX_TENSOR_BYTES = 2 << 30   # one graph input/output above 2 GiB: an ONNX protobuf cannot even hold it
+DTYPE_BYTES = {"float32": 4, "float16": 2, "int32": 4}
 
 
 class SpecError(InvalidDodoFile):
@@ -70,11 +76,19 @@ class Table:
         if key not in self.data:
             return default
         value = self.data[key]
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if not isinstance(value, kind) or (isinstance(value, bool) and bool not in kinds):
             names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
             self.fail(key, f"expected {names}, got {value!r}")
         if choices is not None and value not in choices:
             self.fail(key, f"expected one of {', '.join(map(str, choices))}, got {value!r}")
+        return value
+
+    def number(self, key: str, default: float, minimum: float = 0.0) -> float:
+        """A finite number >= minimum (a threshold: NaN would let everything pass, and JSON cannot hold it)."""
+        value = float(self.opt(key, (int, float), default))
+        if not math.isfinite(value) or value < minimum:
+            self.fail(key, f"expected a finite number >= {minimum:g}, got {self.data[key]!r}")
         return value
 
     def sub(self, key: str, required: bool = True) -> "Table":
@@ -162,11 +176,16 @@ def load_file(path: str | Path, chips: dict) -> tuple[Model, ...]:
     path = Path(path)
     file = str(path)
     try:
-        data = tomllib.loads(path.read_text())
+        raw = path.read_bytes()
+        data = tomllib.loads(raw.decode("utf-8"))
     except tomllib.TOMLDecodeError as err:
         raise SpecError(f"{file}: TOML syntax error: {err}") from None
     except OSError as err:
         raise SpecError(f"{file}: cannot read: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        line = raw[:err.start].count(b"\n") + 1
+        raise SpecError(f"{file}: not UTF-8 text: byte 0x{raw[err.start]:02x} at offset {err.start} (line {line}); "
+                        f"save the file as UTF-8") from None
     if not NAME.match(path.stem):
         raise SpecError(f"{file}: the file name '{path.stem}' must match {NAME.pattern} (it names tasks and folders)")
     variants = data.pop("variants", None)
@@ -211,6 +230,9 @@ def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
     if not chip_names:
         top.fail("chips", "empty list: name at least one chip")
     for chip in chip_names:
+        if not isinstance(chip, str):
+            top.fail("chips", f"expected chip ids (strings) like \"SM8750\", got {chip!r}")
+    for chip in chip_names:
         if chip not in chips:
             close = difflib.get_close_matches(str(chip), chips, n=1)
             hint = f"did you mean '{close[0]}'?" if close else f"known chips: {', '.join(chips)}"
@@ -229,6 +251,9 @@ def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
     export_settings = {"exporter": export.opt("exporter", str, "dynamo", ("dynamo", "legacy")),
                        "opset": export.opt("opset", int, 18),
                        "args": export.opt("args", dict, {})}   # the model code's own export options
+    if not OPSETS[0] <= export_settings["opset"] <= OPSETS[1]:
+        export.fail("opset", f"{export_settings['opset']} is outside the opsets torch exports ({OPSETS[0]}-{OPSETS[1]}); "
+                             f"the default is 18")
     export.done()
     comp = top.sub("compile", required=False)
     compile_settings = {"optimization": comp.opt("optimization", int, 3, (1, 2, 3)),
@@ -238,23 +263,29 @@ def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
                         "max_fp16_params": comp.opt("max_fp16_params", int, 1_000_000_000)}
     comp.done()
     parity = top.sub("parity", required=False)
-    parity_settings = {"max_abs": float(parity.opt("max_abs", (int, float), 1e-3)),
+    parity_settings = {"max_abs": parity.number("max_abs", 1e-3),
                        # "none": no PyTorch original to compare with (an ONNX given as a file)
                        "reference": parity.opt("reference", str, "torch", ("torch", "none"))}
     parity.done()
     verify = top.sub("verify", required=False)
     verify_settings = {"clips": tuple(verify.opt("clips", list, [])),
-                       "max_rel": float(verify.opt("max_rel", (int, float), 0.02)),
-                       "max_rel_w8a16": float(verify.opt("max_rel_w8a16", (int, float), 0.1)),
+                       "max_rel": verify.number("max_rel", 0.02),
+                       "max_rel_w8a16": verify.number("max_rel_w8a16", 0.1),
                        "full_chips": tuple(verify.opt("full_chips", list, []))}
     for chip in verify_settings["full_chips"]:
         if chip not in chip_names:
             verify.fail("full_chips", f"{chip!r} is not one of this model's chips")
+    if not all(isinstance(c, str) and c for c in verify_settings["clips"]):
+        verify.fail("clips", f"expected a list of sample ids (strings), got {list(verify_settings['clips'])}")
+    if verify_settings["clips"] and data_dir is None:
+        verify.fail("clips", "names samples, but the model has no `data` folder to take them from")
     verify.done()
     metric = top.sub("metric", required=False)   # the model code's own thresholds (its agree())
     for key, value in metric.data.items():
         if not isinstance(value, (bool, int, float, str)):
             metric.fail(key, f"expected a number, boolean or string, got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            metric.fail(key, f"expected a finite number, got {value!r}")
     metric.used.update(metric.data)
 
     graphs_table = top.sub("graphs")
@@ -384,6 +415,10 @@ def _tensors(t: Table) -> tuple[Tensor, ...]:
             tt.fail("dtype", "int64 is not allowed at graph I/O (the HTP runtimes take int32): export it as int32")
         if dtype not in IO_DTYPES:
             tt.fail("dtype", f"expected one of {', '.join(IO_DTYPES)}, got {dtype!r}")
+        size = math.prod(shape) * DTYPE_BYTES[dtype]
+        if size > MAX_TENSOR_BYTES:
+            tt.fail("shape", f"{shape} {dtype} is a tensor of {size / 2**30:.1f} GiB, over the "
+                             f"{MAX_TENSOR_BYTES >> 30} GiB one graph input or output can be: check the shape")
         batch_axis = tt.opt("batch_axis", int, 0)
         batch_axis = None if batch_axis < 0 else batch_axis
         if batch_axis is not None:

@@ -34,7 +34,8 @@ def tasks(project):
             layout = model.backend.calibration_layout
             kwargs = {"module_file": model.module_file, "onnx_files": onnx_files, "data_dir": model.data_dir,
                       "graph": graph.name, "inputs": inputs, "count": graph.calibration, "folder": folder,
-                      "layout": layout, "held_out": list(model.verify["clips"])}
+                      "layout": layout, "held_out": list(model.verify["clips"]),
+                      "field": f"{model.spec_file}: graphs.{graph.name}.calibration"}
             yield {"name": f"{model.name}/{graph.name}",
                    "doc": f"{model.name}/{graph.name}: {graph.calibration} real calibration inputs (raw + input list)",
                    "file_dep": [*model.code_files, *onnx_files.values(), *compare.data_files(model.data_dir)],
@@ -49,7 +50,7 @@ def permutation(layout: str, shape: list) -> list[int]:
 
 
 def write(module_file: str, onnx_files: dict, data_dir, graph: str, inputs: list, count: int, folder: str,
-          layout: str = "onnx", held_out: list = ()):
+          layout: str = "onnx", held_out: list = (), field: str = ""):
     module = load_module(module_file)
     cpu = {g: compare.cpu(p) for g, p in onnx_files.items()}
     every = compare.samples(module, data_dir)
@@ -68,9 +69,9 @@ def write(module_file: str, onnx_files: dict, data_dir, graph: str, inputs: list
         if len(feeds) >= count:
             break
     if len(feeds) < count:
-        raise StageFailed(f"{data_dir}: the samples give {len(feeds)} calibration inputs for graph "
-                          f"'{graph}' (without the held-out verify clips {list(held_out)}), the spec asks "
-                          f"for calibration = {count}")
+        raise StageFailed(f"{field or data_dir}: {count} asked, but the samples of {data_dir} give "
+                          f"{len(feeds)} calibration inputs for graph '{graph}' (without the held-out verify clips "
+                          f"{list(held_out)}): lower it to {len(feeds)} or add data")
     with atomic_dir(folder) as tmp:
         for old in Path(folder).glob("*.raw"):   # a smaller count must not leave stale samples
             old.unlink()

@@ -36,8 +36,9 @@ def data_files(data_dir: str | None) -> list[str]:
     return sorted(str(p) for p in Path(data_dir).rglob("*") if p.is_file())
 
 
-def samples(module, data_dir: str | None, wanted=()) -> list:
-    """The model's labelled samples (all, or the `wanted` ids in the declared order); item[0] is the id."""
+def samples(module, data_dir: str | None, wanted=(), field: str = "") -> list:
+    """The model's labelled samples (all, or the `wanted` ids in the declared order); item[0] is the id.
+    `field` names where the ids were asked for ('models/m.toml: verify.clips')."""
     if not data_dir or not hasattr(module, "samples"):
         return []
     every = module.samples(data_dir)
@@ -46,7 +47,7 @@ def samples(module, data_dir: str | None, wanted=()) -> list:
     by_id = {c[0]: c for c in every}
     missing = [w for w in wanted if w not in by_id]
     if missing:
-        raise StageFailed(f"{data_dir}: no sample(s) {missing}; known: {sorted(by_id)}")
+        raise StageFailed(f"{field or data_dir}: no sample(s) {missing} in {data_dir}; known: {sorted(by_id)}")
     return [by_id[w] for w in wanted]
 
 

@@ -87,12 +87,18 @@ def _external_task(model, graph, out: str, record: str, log: str) -> dict:
 
 def export(module_file: str, checkpoint: str, graph: str, settings: dict, out: str, record: str):
     module = load_module(module_file)
+    if not callable(getattr(module, "export", None)):
+        raise StageFailed(f"{module_file}: no export(checkpoint, graph, out, settings) function, which the "
+                          f"export stage calls (the model-code contract: docs/add-a-model.md)")
     started = time.monotonic()
     with atomic_path(out) as tmp:
         try:
             module.export(checkpoint, graph, str(tmp), settings)
         except ValueError as err:   # the model code refusing its settings or checkpoint: one line, no frames
             raise StageFailed(f"{module_file}: export of graph '{graph}': {err}") from None
+        if not os.path.getsize(tmp):
+            raise StageFailed(f"{module_file}: export() of graph '{graph}' wrote nothing to `out`")
+        onnx_or_fail(tmp, f"{module_file}: export() of graph '{graph}' wrote")
     write_json(record, {"seconds": round(time.monotonic() - started, 2), "settings": settings,
                         "tool": tool_version(), "commit": repo_commit()})
 
@@ -103,11 +109,16 @@ def external(argv: list, cwd: str, out: str, record: str):
     with atomic_path(out) as tmp:
         resolved = [a.replace("{out}", str(tmp.resolve())).replace("{python}", sys.executable) for a in argv]
         print("$", " ".join(resolved), flush=True)
-        rc = subprocess.call(resolved, cwd=cwd)
+        try:
+            rc = subprocess.call(resolved, cwd=cwd)
+        except OSError as err:   # not installed, not executable
+            raise StageFailed(f"export command {argv[0]!r} cannot start ({err.strerror}): {' '.join(argv)} "
+                              f"(cwd {cwd})") from None
         if rc != 0:
             raise StageFailed(f"export command exited with {rc}: {' '.join(argv)} (cwd {cwd})")
         if not os.path.getsize(tmp):
             raise StageFailed(f"export command wrote nothing to {{out}}: {' '.join(argv)}")
+        onnx_or_fail(tmp, f"export command {' '.join(argv)} wrote")
     write_json(record, {"seconds": round(time.monotonic() - started, 2), "settings": {"command": argv},
                         "tool": {}, "commit": repo_commit()})
 
@@ -117,9 +128,19 @@ def given(src: str, sha: str, out: str, record: str):
     actual = sha256(src)
     if actual != sha:
         raise StageFailed(f"{src}: sha256 {actual}, the spec pins {sha}")
+    onnx_or_fail(src, f"{src} is")
     with atomic_path(out) as tmp:
         shutil.copyfile(src, tmp)
     write_json(record, {"seconds": 0, "settings": {"onnx": src, "sha256": sha}, "tool": {}, "commit": repo_commit()})
+
+
+def onnx_or_fail(path, what: str) -> None:
+    """Refuse a file that is not an ONNX model, in one line (not onnxsim's traceback two stages later)."""
+    import onnx
+    try:
+        onnx.load(str(path), load_external_data=False)
+    except Exception as err:   # protobuf's DecodeError, or anything onnx trips on
+        raise StageFailed(f"{what} not an ONNX model ({type(err).__name__}: {str(err)[:200]})") from None
 
 
 def repo_commit() -> str:

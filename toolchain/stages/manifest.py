@@ -6,7 +6,7 @@ from doit.tools import config_changed
 from toolchain.engine import paths
 from toolchain.engine.files import read_json, write_json
 from toolchain.engine.worker import in_process
-from toolchain.stages import parity
+from toolchain.stages import parity, simplify
 
 # What the binary's own config string says about the request (the full string is in *.compile.json).
 CONFIG_KEYS = ("soc_type", "arch", "vtcm_size", "relaxed_precision_flag", "OpO", "hvx_threads")
@@ -22,6 +22,7 @@ def tasks(project):
                 {"origin": "the graphs' declared sources", "sources": {g.name: list(g.source) for g in model.graphs}},
                 "chip": {**chip.record(), "marketing": chip.marketing}, "toolchain": model.toolchain,
                 "precision": {g.name: g.precision for g in model.graphs},
+                "tools": {"simplify": simplify.tool_version(), "compiler": model.backend.identity()},
                 "runtime_libraries": model.backend.runtime_libraries(chip.record())}
         out = paths.manifest(model, chip)
         yield {"name": f"{model.name}@{chip.name}",

@@ -8,10 +8,11 @@ from doit.tools import config_changed
 from toolchain.engine import paths
 from toolchain.engine.files import atomic_path
 from toolchain.engine.worker import StageFailed, run
+from toolchain.stages.export import onnx_or_fail
 
 
 def tasks(project):
-    tool = {"onnxsim": metadata.version("onnxsim"), "onnx": metadata.version("onnx")}
+    tool = tool_version()
     for model in project.models:
         for graph in model.graphs:
             src, out = paths.exported(model, graph), paths.simplified(model, graph)
@@ -23,9 +24,14 @@ def tasks(project):
                    "uptodate": [config_changed({"tool": tool})]}
 
 
+def tool_version() -> dict:
+    return {"onnxsim": metadata.version("onnxsim"), "onnx": metadata.version("onnx")}
+
+
 def simplify(src: str, out: str):
     import onnx
     import onnxsim
+    onnx_or_fail(src, f"{src} is")
     model, ok = onnxsim.simplify(onnx.load(src))
     if not ok:
         raise StageFailed(f"{src}: onnxsim could not validate the simplified model")

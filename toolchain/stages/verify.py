@@ -34,18 +34,20 @@ def tasks(project, tier: str):
                   "metric": dict(model.metric), "clips": list(clips), "tier": tier}
         kwargs = {"module_file": model.module_file, "graphs": graphs, "data_dir": model.data_dir,
                   "simulators": {g.name: list(backend.simulator(model, g, chip, tier)) for g in model.graphs},
-                  "checks": checks, "out": out, "io": {g.name: io_record(g) for g in model.graphs}}
+                  "checks": checks, "out": out, "io": {g.name: io_record(g) for g in model.graphs},
+                  "spec": model.spec_file}
         what = "all clips, WER" if tier == "full" else f"clips {', '.join(clips) or '(generated inputs)'}"
         yield {"name": f"{model.name}@{chip.name}",
                "doc": f"{model.name} on {chip.name}: {backend.verify_runner_name()} vs CPU ONNX, {tier} tier ({what})",
                "file_dep": [*model.code_files, *[p for g in graphs.values() for p in g.values()],
-                            *compare.data_files(model.data_dir)],
+                            *compare.data_files(model.data_dir), *backend.tool_files()],
                "targets": [out, log], "clean": True,
                "actions": [(run, (check, kwargs, log))],
                "uptodate": [config_changed({"checks": checks, **backend.verify_settings(model, chip, tier)})]}
 
 
-def check(module_file: str, graphs: dict, data_dir, simulators: dict, checks: dict, out: str, io: dict):
+def check(module_file: str, graphs: dict, data_dir, simulators: dict, checks: dict, out: str, io: dict,
+          spec: str = ""):
     """Every graph's simulator run (the backend's runner) against the CPU ONNX on the same feeds."""
     started = time.monotonic()
     for g in graphs.values():   # doit checks only that targets exist; flipped weights still load
@@ -63,7 +65,7 @@ def check(module_file: str, graphs: dict, data_dir, simulators: dict, checks: di
     def sim_run(graph, feeds):
         return sim[graph](feeds)
 
-    samples = compare.samples(module, data_dir, checks["clips"])
+    samples = compare.samples(module, data_dir, checks["clips"], f"{spec}: verify.clips")
     feeds = compare.feeds(module, cpu_run, samples[0] if samples else None, io)
     errors = compare.tensor_errors(cpu_run, sim_run, feeds)
     record = {"tier": checks["tier"], "tensors": errors, "checks": checks}

@@ -24,6 +24,9 @@ class Backend(base.Backend):
     def identity(self) -> dict:
         return ep.version()
 
+    def tool_files(self) -> list[str]:
+        return ep.library_files()
+
     def sdk_version(self) -> str:
         return ep.version()["qairt"]
 

@@ -27,7 +27,7 @@ def tasks(project):
         yield {"name": f"{model.name}/{graph.name}@{chip.name}",
                "doc": f"{model.name}/{graph.name} -> {chip.name} (v{chip.htp_arch}) context binary, "
                       f"{graph.precision}, no CPU fallback",
-               "file_dep": [src, paths.inspected(model, graph)],
+               "file_dep": [src, paths.inspected(model, graph), *model.backend.tool_files()],
                "targets": targets + [log], "clean": True,
                "actions": [(run, (build, kwargs, log))],
                "uptodate": [config_changed({"options": options, "tool": tool, "chip": chip.record(),
@@ -48,7 +48,7 @@ def build(src: str, out: str, record: str, options: dict, chip: dict, precision:
     if problems:
         raise StageFailed(f"{binary}: the binary is not what was asked for: " + "; ".join(problems))
     write_json(record, {"binary": binary, "sha256": sha256(binary), "bytes": _size(binary),
-                        "context_model": out, "seconds": result["seconds"], "options": options,
+                        "context_model": out, "context_model_sha256": sha256(out), "seconds": result["seconds"], "options": options,
                         "config": config, "info": info, "tool": ep.version()})
 
 

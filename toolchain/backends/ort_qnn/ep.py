@@ -1,6 +1,7 @@
 """The embedded toolchain: onnxruntime-qnn's HTP backend (QAIRT) as offline compiler and x86 simulator."""
 from __future__ import annotations
 
+import functools
 import os
 import re
 import time
@@ -117,5 +118,16 @@ def runtime_libraries(chip: dict) -> dict:
 def library_dir() -> str:
     import onnxruntime_qnn as oq
     return os.path.dirname(oq.get_qnn_htp_path())
+
+
+# The libraries that compile and simulate: their bytes are part of the tool's identity (a task depends on
+# them as files), so the same package version with other libraries still rebuilds.
+LIBRARIES = ("libQnnHtp.so", "libHtpPrepare.so", "libQnnSystem.so", "libonnxruntime_providers_qnn.so")
+
+
+@functools.cache
+def library_files() -> list[str]:
+    folder = Path(metadata.distribution("onnxruntime-qnn").locate_file("onnxruntime_qnn"))
+    return [str(folder / name) for name in LIBRARIES if (folder / name).is_file()]
 
 

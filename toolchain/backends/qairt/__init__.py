@@ -72,6 +72,9 @@ class Backend(base.Backend):
     def identity(self) -> dict:
         return self.sdk.record()
 
+    def tool_files(self) -> list[str]:
+        return [self.sdk.host_lib(name) for name in ("libQnnHtp.so", "libQnnSystem.so")]
+
     def sdk_version(self) -> str:
         return self.sdk.build_id
 

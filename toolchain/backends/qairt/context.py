@@ -22,7 +22,7 @@ def tasks(project):
         yield {"name": f"{model.name}/{graph.name}@{chip.name}",
                "doc": f"{model.name}/{graph.name} -> {chip.name} (v{chip.htp_arch}) context binary, "
                       f"qnn-context-binary-generator [qairt {sdk.build_id}]",
-               "file_dep": [lib, extensions, paths.htp_config(model, graph, chip, HTP_CONFIG)],
+               "file_dep": [lib, extensions, paths.htp_config(model, graph, chip, HTP_CONFIG), *model.backend.tool_files()],
                "targets": [binary, record, log], "clean": True,
                "actions": [(external.action, (argv, env, log, [binary], record))],
                "uptodate": [config_changed({"argv": argv, "env": env, "sdk": sdk.record(), "chip": chip.record()})]}

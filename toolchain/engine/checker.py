@@ -1,0 +1,35 @@
+"""Content decides, always: doit's md5 checker trusts an unchanged mtime, so a file swapped with its mtime
+kept (`cp -p`, `rsync -a`, `tar x`, `touch -r`) reruns nothing. This one re-hashes when the size differs
+too, and with `doit rehash=1` (or QNN_REHASH=1) every time. Same state format as doit's: a build made
+with the md5 checker stays up to date."""
+from __future__ import annotations
+
+import os
+
+from doit import doit_cmd
+from doit.dependency import MD5Checker, get_file_md5
+
+from toolchain.engine import outputs
+
+
+def rehash_asked() -> bool:
+    return (doit_cmd.get_var(outputs.VAR) or os.environ.get(outputs.ENV) or "") not in ("", "0")
+
+
+class ContentChecker(MD5Checker):
+    def __init__(self):
+        self.rehash = rehash_asked()
+
+    def check_modified(self, file_path, file_stat, state):
+        timestamp, size, file_md5 = state
+        if file_stat.st_size != size:
+            return True
+        if file_stat.st_mtime == timestamp and not self.rehash:
+            return False
+        return file_md5 != get_file_md5(file_path)
+
+    def get_state(self, dep, current_state):
+        st = os.stat(dep)
+        if current_state and current_state[0] == st.st_mtime and current_state[1] == st.st_size and not self.rehash:
+            return None   # unchanged: skip the hash
+        return st.st_mtime, st.st_size, get_file_md5(dep)

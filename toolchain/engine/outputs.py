@@ -1,0 +1,88 @@
+"""Outputs are part of the state (Bazel's rule): after a task succeeds its targets' size, mtime and sha256
+are recorded; on every `doit` a target whose size differs, or whose mtime differs and bytes too, makes its
+task stale, so a damaged checkpoint copy, ONNX, binary or record is rebuilt rather than trusted.
+`doit rehash=1` (or QNN_REHASH=1) compares every target's bytes, for damage that kept size and mtime."""
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+
+from toolchain.engine import files, paths
+
+ENV, VAR = "QNN_REHASH", "rehash"
+_LOCAL = threading.local()   # one connection per thread: doit -n N runs actions in threads
+
+
+def _db() -> sqlite3.Connection:
+    """This thread's connection to the build's record (per folder: a process may build several)."""
+    where = os.path.abspath(paths.OUTPUTS_DB)
+    conns = _LOCAL.__dict__.setdefault("conns", {})
+    if where not in conns:
+        os.makedirs(os.path.dirname(where), exist_ok=True)
+        conn = sqlite3.connect(where, timeout=60, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE IF NOT EXISTS outputs (task TEXT, path TEXT, size INTEGER, mtime_ns INTEGER, "
+                     "sha256 TEXT, PRIMARY KEY (task, path))")
+        conns[where] = conn
+    return conns[where]
+
+
+def _stat(path: str):
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+def record(task) -> None:
+    """A doit action, last of every task with targets: remember what it wrote."""
+    rows = []
+    for path in task.targets:
+        st = _stat(path)
+        if st and os.path.isfile(path):
+            rows.append((task.name, path, st[0], st[1], files.sha256(path)))
+    db = _db()
+    db.execute("BEGIN IMMEDIATE")
+    db.execute("DELETE FROM outputs WHERE task = ?", (task.name,))
+    db.executemany("INSERT INTO outputs VALUES (?, ?, ?, ?, ?)", rows)
+    db.execute("COMMIT")
+
+
+def intact(task, values, rehash: bool = False) -> bool:
+    """A doit uptodate check: False when a target is not what the task wrote. Size differs: changed. mtime
+    differs (or `rehash`): its bytes are compared with the recorded sha256, as doit's own checker does for
+    inputs, so a touch rebuilds nothing. A task built before outputs were recorded gets its record now."""
+    db = _db()
+    known = {p: (size, mtime, sha) for p, size, mtime, sha in
+             db.execute("SELECT path, size, mtime_ns, sha256 FROM outputs WHERE task = ?", (task.name,))}
+    updates = []
+    for path in task.targets:
+        if not os.path.isfile(path):
+            continue   # doit itself reruns a task whose target is missing; a folder target is not recorded
+        size, mtime = _stat(path)
+        if path not in known:
+            updates.append((task.name, path, size, mtime, files.sha256(path)))
+            continue
+        was_size, was_mtime, sha = known[path]
+        if size != was_size:
+            print(f"{path}: changed since {task.name} wrote it (size {was_size} -> {size}): rebuilding it")
+            return False
+        if mtime != was_mtime or rehash:
+            if files.sha256(path) != sha:
+                print(f"{path}: bytes changed since {task.name} wrote it: rebuilding it")
+                return False
+            if mtime != was_mtime:
+                updates.append((task.name, path, size, mtime, sha))   # touched, same bytes: remember the mtime
+    if updates:
+        try:
+            db.executemany("INSERT OR REPLACE INTO outputs VALUES (?, ?, ?, ?, ?)", updates)
+        except sqlite3.Error:   # a read-only build/ (`doit list` still answers): recorded by a later run
+            pass
+    return True
+
+
+def forget(task_names) -> None:
+    """Drop the records of cleaned tasks."""
+    _db().executemany("DELETE FROM outputs WHERE task = ?", [(t,) for t in task_names])
