@@ -6,7 +6,7 @@ import os
 import sys
 
 from toolchain import pipeline, project
-from toolchain.engine import buildlock, checker, files, paths
+from toolchain.engine import buildlock, checker, files, limits, paths, progress
 
 VARIABLES = pipeline.variables()   # checked before anything runs: a bad one is one ERROR line
 DOIT_CONFIG = {
@@ -14,7 +14,9 @@ DOIT_CONFIG = {
     "backend": "sqlite3sync",          # commits per task: a killed build keeps what finished
     "check_file_uptodate": checker.ContentChecker,   # content decides, even when an mtime was kept
     "action_string_formatting": "new",
-    "par_type": "thread",              # `doit -n N`: actions only wait on child processes (docs/scale.md)
+    "par_type": "thread",              # actions only wait on child processes (docs/scale.md)
+    "num_process": limits.jobs(),      # parallel by default: the cores it has; per-stage slots keep it sane
+    "reporter": "console" if os.environ.get("CI") else progress.ProgressReporter,   # [n/N], durations, ETA
     "default_tasks": pipeline.DEFAULT,
 }
 

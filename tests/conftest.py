@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# The tests compare executed-task lists in order: serial unless a test asks for `-n` itself.
+os.environ.setdefault("QNN_JOBS", "1")
 FIXTURES = Path(__file__).parent / "fixtures"
 DODO = ROOT / "dodo.py"
 

@@ -36,9 +36,10 @@ STAGES = (
     Stage("calibrate", calibrate.tasks, "Real calibration inputs (raw files + input list), per w8a16 graph.", "graph"),
     *COMPILERS,   # each compiler's own stages: graph -> context binary per chip, read back
     Stage("verify", functools.partial(verify.tasks, tier="default"),
-          "HTP simulator vs CPU ONNX, default tier, per model and chip.", "model@chip"),
+          "HTP simulator vs CPU ONNX, default tier, per model and chip.", "model@chip", threads=2),
     Stage("verify_full", functools.partial(verify.tasks, tier="full"),
-          "HTP simulator vs CPU ONNX on every clip (WER), per model and chip; opt-in.", "model@chip", default=False),
+          "HTP simulator vs CPU ONNX on every clip (WER), per model and chip; opt-in.", "model@chip", default=False,
+          threads=2),
     Stage("manifest", manifest.tasks, "JSON record next to each chip's binaries, per model and chip.", "model@chip"),
     Stage("runtime", runtime_libs.tasks, "QNN runtime libraries an app ships (names, versions, license terms), "
           "per toolchain and chip.", "toolchain@chip", default=False),
@@ -46,9 +47,10 @@ STAGES = (
           "holds), per model and chip.", "model@chip", default=False),
     Stage("sherpa", functools.partial(sherpa_run.tasks, tier="default"),
           "sherpa-onnx's Whisper loop on the unpacked sherpa bundle via the QNN C API, default tier, per model and chip.",
-          "model@chip"),
+          "model@chip", threads=2),
     Stage("sherpa_full", functools.partial(sherpa_run.tasks, tier="full"),
-          "sherpa-onnx's Whisper loop on every clip of the bundle (WER), per model and chip; opt-in.", "model@chip"),
+          "sherpa-onnx's Whisper loop on every clip of the bundle (WER), per model and chip; opt-in.", "model@chip",
+          threads=2),
     Stage("report", report.tasks, "Summary table of the whole build.", "build"),
     Stage("chip_index", selector.tasks, "build/chip-index.json: chip -> soc id -> arch -> bundle -> sha256, for the "
           "app's NPU-or-CPU choice.", "build", default=False),
@@ -84,7 +86,14 @@ def variables() -> dict:
     if rehash not in ("", "0", "1"):
         raise InvalidDodoFile(f"command line: {outputs.VAR}={rehash}: expected 1 (compare every output's bytes) or 0")
     return {"full": given.get("full", ""), "extra": extra == "1", "rehash": rehash == "1" or bool(os.environ.get(outputs.ENV)),
-            "slots": limits.configured({s.name: s.slots for s in STAGES if s.slots}, NAMES, given.get("limits", ""))}
+            "slots": limits.configured(default_slots(), NAMES, given.get("limits", ""))}
+
+
+def default_slots(jobs: int | None = None, memory: float | None = None) -> dict[str, int]:
+    """Each stage's slots on this machine, from its threads and measured peak memory (limits.slots_for)."""
+    jobs, memory = jobs or limits.jobs(), memory or limits.memory_gb()
+    found = {s.name: limits.slots_for(s.threads, s.memory_gb, jobs, memory) for s in STAGES}
+    return {name: n for name, n in found.items() if n}
 
 
 def task_creators(project, slots: dict, rehash: bool = False) -> dict:
@@ -104,6 +113,10 @@ def _engine(task: dict, slots: int | None, rehash: bool) -> dict:
     """What the engine adds to every task: its slot count, and its outputs as part of its state
     (recorded after it succeeds; a target changed since makes it stale: outputs.py)."""
     task = dict(task)
+    # No capture: under `doit -n N` (threads) doit swaps the one sys.stdout per python-action, and
+    # overlapping swaps leave it pointing at a finished task's buffer (the summary table vanished). A step's
+    # own output goes to its log (worker.py); what a task prints in doit's process is meant for the console.
+    task.setdefault("io", {"capture": False})
     if slots is not None:
         task["meta"] = {"slots": slots}
     if task.get("targets") and task.get("actions"):

@@ -23,7 +23,7 @@ from pathlib import Path
 import doit
 from doit.tools import config_changed
 
-from toolchain.engine.files import MODE, sha256
+from toolchain.engine.files import MODE, sha256, sha256_memo
 
 ENV, VAR = "QNN_CACHE", "cache"
 FORMAT = 1   # bump when the key material or the layout changes
@@ -73,7 +73,7 @@ def key_material(task: str, action: dict, code: str, inputs: list[str], settings
     """What a key hashes: what runs (action, code), on which bytes (inputs), how (settings), with what
     (tool_id), writing which files (outputs). Paths are as the task names them: relative."""
     return {"format": FORMAT, "task": task, "action": action, "settings": settings, "tool": tool_id(code),
-            "inputs": {p: sha256(p) for p in sorted(inputs)}, "outputs": sorted(outputs)}
+            "inputs": {p: sha256_memo(p) for p in sorted(inputs)}, "outputs": sorted(outputs)}
 
 
 def key(material: dict) -> str:

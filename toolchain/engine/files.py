@@ -28,6 +28,22 @@ def sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+_MEMO: dict[str, tuple[int, int, str]] = {}   # path -> (size, mtime_ns, sha256), this process's hashes
+
+
+def sha256_memo(path: str | Path) -> str:
+    """sha256 of a file, hashed once per process while its size and mtime stay (a warm build hashed the same
+    113 MB ONNX once per chip); a file whose size or mtime changed is hashed again."""
+    st = os.stat(path)
+    key = os.path.abspath(path)
+    known = _MEMO.get(key)
+    if known and known[:2] == (st.st_size, st.st_mtime_ns):
+        return known[2]
+    digest = sha256(path)
+    _MEMO[key] = (st.st_size, st.st_mtime_ns, digest)
+    return digest
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path):
     """Yield a temp path beside `path`; rename it onto `path` only if the block succeeds."""

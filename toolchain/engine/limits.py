@@ -14,8 +14,25 @@ from doit.exceptions import InvalidDodoFile
 
 from toolchain.engine import paths
 
-ENV, VAR = "QNN_LIMITS", "limits"
+ENV, VAR, JOBS_ENV = "QNN_LIMITS", "limits", "QNN_JOBS"
 POLL = 0.05   # seconds between attempts while every slot is taken
+
+
+def jobs() -> int:
+    """How many steps `doit` runs at once by default: the cores it has ($QNN_JOBS overrides; `-n` as usual)."""
+    return max(1, int(os.environ.get(JOBS_ENV) or os.cpu_count() or 1))
+
+
+def memory_gb() -> float:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+
+
+def slots_for(threads: int, peak_gb: float, jobs: int, memory: float) -> int:
+    """A stage's slots: as many steps as fit the cores by their own threads (two 2-thread simulators on two
+    cores only fight) and three quarters of the memory by their measured peak; 0 (no limit) when that is
+    all the jobs anyway."""
+    slots = max(1, min(jobs // max(threads, 1), int(memory * 0.75 // peak_gb)))
+    return 0 if slots >= jobs else slots
 
 
 def parse(text: str, where: str, stages) -> dict[str, int]:

@@ -11,6 +11,7 @@ STATE_DB = f"{BUILD}/.doit.db"
 LOCKS = f"{BUILD}/.locks"   # per-stage slot files (limits.py)
 BUILD_LOCK = f"{BUILD}/.build.lock"   # one doit at a time (buildlock.py)
 OUTPUTS_DB = f"{BUILD}/.outputs.db"   # what each task wrote (outputs.py)
+DURATIONS = f"{BUILD}/.durations.json"   # how long each task took last time (progress.py's estimate)
 
 
 def model_dir(model) -> str:

@@ -19,7 +19,8 @@ class Stage:
     doc: str                   # one line for `doit list`
     scope: str                 # one of SCOPES
     default: bool = True       # part of a plain `doit` (and of the model:/chip: aliases)
-    slots: int = 0             # default concurrency slots under `doit -n N` (0: no limit; limits.py)
+    threads: int = 1           # cores one step keeps busy (the x86 HTP simulator runs ~2 threads)
+    memory_gb: float = 0.5     # peak memory of one step, measured (limits.slots_for sizes the slots from both)
 
     def __post_init__(self):
         if self.scope not in SCOPES:

@@ -19,7 +19,7 @@ class Backend(base.Backend):
     stages = (Stage("quantize", quantize.tasks, "Float ONNX -> w8a16 QDQ ONNX, per w8a16 graph (embedded toolchain).",
                     "graph"),
               Stage("compile", compile.tasks, "ONNX -> HTP context binary (onnxruntime-qnn), per graph and chip; "
-                    "ort-qnn models.", "graph@chip", slots=1))   # compiles hold the graph several times over
+                    "ort-qnn models.", "graph@chip", memory_gb=1.0))   # a Whisper compile peaks at 0.9 GB
 
     def identity(self) -> dict:
         return ep.version()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import mmap
 import os
 import re
 import time
@@ -73,6 +74,11 @@ def compile(src: str, out_model: str, options: dict) -> dict:
 
 
 def _has_external_data(src: str) -> bool:
+    """Whether the model keeps weights in side files. Every external tensor names its file under the key
+    "location", so a model without that word has none: no 1.2 s parse of a 113 MB protobuf for the answer."""
+    with open(src, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        if data.find(b"location") < 0:
+            return False
     import onnx
     return any(t.data_location == onnx.TensorProto.EXTERNAL
                for t in onnx.load(src, load_external_data=False).graph.initializer)

@@ -37,7 +37,7 @@ class Backend(base.Backend):
         Stage("htpconfig", htpconfig.tasks, "Chip table -> HTP backend config JSON, per graph and chip; QAIRT.",
               "graph@chip"),
         Stage("context", context.tasks, "x86_64 model lib -> context binary (qnn-context-binary-generator), "
-              "per graph and chip; QAIRT.", "graph@chip", slots=1),
+              "per graph and chip; QAIRT.", "graph@chip", memory_gb=1.0),
         Stage("readback", readback.tasks, "Context binary read back: build id, graph name, chip, I/O, per graph "
               "and chip; QAIRT.", "graph@chip"),
     )
