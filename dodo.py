@@ -12,7 +12,7 @@ VARIABLES = pipeline.variables()   # checked before anything runs: a bad one is 
 DOIT_CONFIG = {
     "dep_file": paths.STATE_DB,
     "backend": "sqlite3sync",          # commits per task: a killed build keeps what finished
-    "check_file_uptodate": checker.ContentChecker,   # content decides, even when an mtime was kept
+    "check_file_uptodate": checker.MD5Checker,   # content decides, even when an mtime was kept
     "action_string_formatting": "new",
     "par_type": "thread",              # actions only wait on child processes (docs/scale.md)
     "num_process": limits.jobs(),      # parallel by default: the cores it has; per-stage slots keep it sane

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 
-from doit import doit_cmd
-from doit.dependency import MD5Checker, get_file_md5
+from doit import dependency, doit_cmd
+from doit.dependency import get_file_md5
 
 from toolchain.engine import outputs
 
@@ -16,7 +16,11 @@ def rehash_asked() -> bool:
     return (doit_cmd.get_var(outputs.VAR) or os.environ.get(outputs.ENV) or "") not in ("", "0")
 
 
-class ContentChecker(MD5Checker):
+class MD5Checker(dependency.MD5Checker):
+    """doit's md5 checker, re-hashing on a size change too (and always with rehash). It keeps doit's class
+    name on purpose: doit records the checker's name with every file dependency and treats another name
+    as every file changed, which would rebuild every build made before."""
+
     def __init__(self):
         self.rehash = rehash_asked()
 
