@@ -81,6 +81,7 @@ class ProgressReporter(ConsoleReporter):
         if started is not None:
             self.ran[task.name] = time.monotonic() - started
             self._finished(task, self.ran[task.name])
+            self.save()
 
     def add_failure(self, task, fail):
         super().add_failure(task, fail)
@@ -111,6 +112,10 @@ class ProgressReporter(ConsoleReporter):
 
     def complete_run(self):
         super().complete_run()
+        self.save()
+
+    def save(self):
+        """Merge this run's durations into the record (after each task: an interrupted build keeps them)."""
         if self.ran and os.path.isdir(paths.BUILD):
             try:
                 with atomic_path(paths.DURATIONS) as tmp:
