@@ -3,8 +3,10 @@
 plus one line in backends/__init__.py."""
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 
-class Backend:
+
+class Backend(ABC):
     name = ""                    # what a spec's `toolchain =` says; names build/<model>/<name>/
     binary_suffix = ""           # <graph><suffix>.bin: the file name the compiler gives a context binary
     emits_context_model = False  # writes an onnxruntime EPContext .onnx beside each binary
@@ -18,49 +20,49 @@ class Backend:
         """(field, reason) for what this compiler cannot build as declared (refused at load time)."""
         return []
 
+    @abstractmethod
     def identity(self) -> dict:
         """Tool build id: part of the settings of every task whose output the compiler decides."""
-        raise NotImplementedError
 
     def tool_files(self) -> list[str]:
         """Files whose bytes decide its outputs (compiler and simulator libraries): every task whose output
         the compiler decides lists them in its file_dep, so changed bytes rebuild under the same version."""
         return []
 
+    @abstractmethod
     def sdk_version(self) -> str:
         """The QAIRT version of the compiler: the runtime libraries must come from the same family."""
-        raise NotImplementedError
 
     def sdk_root(self) -> str | None:
         """An SDK folder holding the device libraries (lib/aarch64-android, lib/hexagon-v*), if any."""
         return None
 
+    @abstractmethod
     def runtime_view(self, graph) -> dict:
         """{"inputs"/"outputs": [[name, shape, dtype]]} as the runtime sees the compiled graph: names,
         layouts and dtypes after the compiler, in declaration order, from the spec alone."""
-        raise NotImplementedError
 
+    @abstractmethod
     def simulator(self, model, graph, chip, tier: str) -> tuple:
         """(factory, kwargs): factory(**kwargs) in the verify worker returns run(feeds) -> outputs for
         the compiled binary on the x86 HTP simulator, in ONNX names and layouts."""
-        raise NotImplementedError
 
+    @abstractmethod
     def verify_settings(self, model, chip, tier: str) -> dict:
         """What besides the checks decides a verify result (runner, options, tool)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def verify_runner_name(self) -> str:
         """How `doit list` names the simulator runner."""
-        raise NotImplementedError
 
+    @abstractmethod
     def host_libraries(self) -> dict:
         """{"backend_lib", "system_lib"}: the x86_64 QNN libraries that open this compiler's binaries
         (None: the ones of the onnxruntime-qnn wheel)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def runtime_libraries(self, chip: dict) -> dict:
         """What an app ships next to one chip's binaries (recorded in the manifest)."""
-        raise NotImplementedError
 
     def manifest_sources(self, model, chip) -> dict:
         """Extra records of this compiler a chip's manifest includes: {section: {graph: path}}."""

@@ -31,7 +31,11 @@ def hold(argv: list[str]) -> bool:
     path = os.path.abspath(paths.BUILD_LOCK)
     if path in _HELD:
         return True
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise InvalidDodoFile(f"{paths.BUILD_LOCK}: cannot create the build lock ({err.strerror}): make "
+                              f"{paths.BUILD} writable, then run again") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

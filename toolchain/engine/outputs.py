@@ -8,7 +8,9 @@ import os
 import sqlite3
 import threading
 
-from toolchain.engine import files, paths
+from doit.exceptions import TaskFailed
+
+from toolchain.engine import files, paths, statedb
 
 ENV, VAR = "QNN_REHASH", "rehash"
 _LOCAL = threading.local()   # one connection per thread: doit -n N runs actions in threads
@@ -36,27 +38,33 @@ def _stat(path: str):
     return st.st_size, st.st_mtime_ns
 
 
-def record(task) -> None:
+def record(task):
     """A doit action, last of every task with targets: remember what it wrote."""
     rows = []
     for path in task.targets:
         st = _stat(path)
         if st and os.path.isfile(path):
             rows.append((task.name, path, st[0], st[1], files.sha256(path)))
-    db = _db()
-    db.execute("BEGIN IMMEDIATE")
-    db.execute("DELETE FROM outputs WHERE task = ?", (task.name,))
-    db.executemany("INSERT INTO outputs VALUES (?, ?, ?, ?, ?)", rows)
-    db.execute("COMMIT")
+    try:
+        db = _db()
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("DELETE FROM outputs WHERE task = ?", (task.name,))
+        db.executemany("INSERT INTO outputs VALUES (?, ?, ?, ?, ?)", rows)
+        db.execute("COMMIT")
+    except sqlite3.Error as err:   # full disk, read-only build/: say so; the next run records it again
+        return TaskFailed(statedb.explain(paths.OUTPUTS_DB, err))
 
 
 def intact(task, values, rehash: bool = False) -> bool:
     """A doit uptodate check: False when a target is not what the task wrote. Size differs: changed. mtime
     differs (or `rehash`): its bytes are compared with the recorded sha256, as doit's own checker does for
     inputs, so a touch rebuilds nothing. A task built before outputs were recorded gets its record now."""
-    db = _db()
-    known = {p: (size, mtime, sha) for p, size, mtime, sha in
-             db.execute("SELECT path, size, mtime_ns, sha256 FROM outputs WHERE task = ?", (task.name,))}
+    try:
+        db = _db()
+        known = {p: (size, mtime, sha) for p, size, mtime, sha in
+                 db.execute("SELECT path, size, mtime_ns, sha256 FROM outputs WHERE task = ?", (task.name,))}
+    except sqlite3.Error:   # a read-only build/ that never had a record: `doit list` still answers
+        return True
     updates = []
     for path in task.targets:
         if not os.path.isfile(path):
