@@ -25,4 +25,4 @@ if buildlock.hold(sys.argv):   # one build per folder: a second doit here stops,
     files.sweep(paths.BUILD)   # then no other step is running: temp files left here are a killed step's
     buildlock.on_interrupt()   # Ctrl-C / SIGTERM: one line, finished tasks kept, no traceback
 PROJECT = project.load("models", full=VARIABLES["full"], extra=VARIABLES["extra"])
-globals().update(pipeline.task_creators(PROJECT, VARIABLES["slots"], VARIABLES["rehash"]))   # task_<stage>, task_model, task_chip
+globals().update(pipeline.task_creators(PROJECT, VARIABLES))   # task_<stage>, task_model, task_chip

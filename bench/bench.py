@@ -23,8 +23,22 @@ import tempfile
 import time
 from pathlib import Path
 
-from projects import (ALL_CHIPS, EXIT, FP16_CHIPS, RESTORED, ROOT, checkout, count_tasks, cpu_of, doit, fill,
-                      make_project, noop, same_outputs, tool_seconds)
+from projects import (
+    ALL_CHIPS,
+    EXIT,
+    FP16_CHIPS,
+    RESTORED,
+    ROOT,
+    checkout,
+    count_tasks,
+    cpu_of,
+    doit,
+    fill,
+    make_project,
+    noop,
+    same_outputs,
+    tool_seconds,
+)
 
 
 def bench_noop(work: Path, rows: list, data: dict) -> None:

@@ -3,7 +3,9 @@ matrix does (peers.md §A7). Every step runs in sequence in this one process, wi
 and nothing reused from another chip's job. The work and the tools are those of the doit build: the
 same stage functions, called with the arguments dodo.py's tasks give them.
 
-    python bench/sherpa_style.py <project folder>     (its models/*.toml list exactly one chip)
+    python bench/sherpa_style.py <project folder> [stage,stage,...]   (its models/*.toml list exactly one chip)
+
+With a stage list, only those stages run (bench/overhead.py gives the stages its doit selection ran).
 
 bench/bench.py runs it once per chip, each time in a fresh folder, against one doit build of all chips."""
 from __future__ import annotations
@@ -20,21 +22,21 @@ STEPS = ("checkpoint", "export", "simplify", "inspect", "parity", "calibrate", "
          "manifest")   # what a per-chip CI script runs, in pipeline order
 
 
-def steps(project):
+def steps(project, names=STEPS):
     """The task dicts of one build, in the order a script would run them."""
     for stage in pipeline.STAGES:
-        if stage.name in STEPS:
+        if stage.name in names:
             made = stage.tasks(project)
             yield from [made] if isinstance(made, dict) else made
 
 
-def main(folder: str) -> int:
+def main(folder: str, names=STEPS) -> int:
     os.chdir(folder)
     project = projects.load("models")
     if len({c for m in project.models for c in m.chips}) != 1:
         print(f"{folder}: the models must list exactly one chip (one CI job = one chip)", file=sys.stderr)
         return 2
-    for task in steps(project):
+    for task in steps(project, names):
         for action in task["actions"]:
             function, args, kwargs = (tuple(action) + ({},))[:3]
             if function is worker.run:   # a heavy step: here, in this process, output to its log
@@ -49,4 +51,4 @@ def main(folder: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1], sys.argv[2].split(",") if len(sys.argv) > 2 else STEPS))

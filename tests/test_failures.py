@@ -26,6 +26,8 @@ name = "Apache-2.0"
 path = "handmade.bin"
 sha256 = "{sha}"
 format = "torch"
+[parity]
+reference = "none"   # no PyTorch code: the graphs are written by hand
 [graphs.net]
 inputs.x = {{ shape = [1, 4, 4], dtype = "float32" }}
 outputs.y = {{ shape = {out_shape}, dtype = "float32" }}
@@ -46,7 +48,7 @@ def test_an_op_that_would_fall_back_to_the_cpu_fails_compile_naming_it(project):
                       ' h.make_node("Relu", ["x"], ["r"], name="relu"), h.make_node("Det", ["r"], ["d"], name="det"),'
                       ' h.make_node("Unsqueeze", ["d", "axes"], ["y"], name="unsq")]', out_shape="[1, 1]")
     rc, executed, text = project.run("compile:bad/net@SM8750")
-    assert rc == 1
+    assert rc == 1, text
     assert "inspect:bad/net" in executed
     assert "build/bad/net/net.onnx: 1 node(s) would run on the CPU, not the HTP: det (Det)" in text
     assert not (project.root / "build/bad/ort-qnn/SM8750/net_qnn.bin").exists()
@@ -90,3 +92,11 @@ def test_a_corrupted_binary_is_rebuilt_before_it_is_verified(project):
     rc, executed, text = project.run("verify:tiny@SM8750")
     assert rc == 0 and "compile:tiny/net@SM8750" in executed, text   # a target that changed: its task reruns
     assert hashlib.sha256(binary.read_bytes()).hexdigest() == clean     # the same bytes as compiled
+
+
+def test_a_module_without_torch_runner_fails_parity_in_one_line(project):
+    handmade(project, '[h.make_node("Relu", ["x"], ["y"])]')
+    project.edit("models/bad.toml", 'reference = "none"', 'reference = "torch"')
+    rc, _, text = project.run("parity")
+    assert rc == 1 and "models/handmade.py: no torch_runner(checkpoint) function, which the parity stage" in text, text
+    assert "AttributeError" not in text

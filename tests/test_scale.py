@@ -116,6 +116,20 @@ def test_parallel_build_is_byte_identical_to_serial_and_keeps_the_state(referenc
     assert doit(par, "-n", "2")[0] == []   # every task's state was committed
 
 
+def test_fresh_process_steps_give_the_same_bytes_as_forks_of_the_server(reference, tmp_path):
+    # The reference ran every heavy step as a fork of the fork server (the default; the parallel test above
+    # too); here each step is a new interpreter, from scratch and without the cache.
+    ref, _ = reference
+    fresh = checkout(ref, tmp_path / "fresh")
+    executed, _ = doit(fresh, "workers=fresh")
+    assert len(executed) == 23
+    forked, started = tool_logs(ref), tool_logs(fresh)
+    assert forked.keys() == started.keys() and len(forked) >= 12
+    assert all("# a fork of the fork server" in text for text in forked.values())
+    assert not any("fork server" in text for text in started.values())
+    assert_same_outputs(ref, fresh)
+
+
 def test_second_checkout_restores_every_heavy_output_from_the_cache(reference, tmp_path):
     ref, shared = reference
     second = checkout(ref, tmp_path / "second")

@@ -8,12 +8,13 @@ import sys
 
 import onnx
 import pytest
+import worker_steps
+from conftest import Project
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import Project
 from toolchain import pipeline
 from toolchain.backends.ort_qnn import ep
-from toolchain.engine import files, limits
+from toolchain.engine import files, limits, worker, zygote
 from toolchain.qnn import qnnbin
 
 
@@ -66,7 +67,7 @@ def test_an_input_is_hashed_once_until_its_size_or_mtime_changes(tmp_path, monke
 
 
 def test_slots_follow_the_cores_the_simulators_threads_and_the_memory():
-    assert pipeline.default_slots(2, 24) == {"verify": 1, "verify_full": 1, "sherpa": 1, "sherpa_full": 1}
+    assert pipeline.default_slots(2, 24) == {"verify": 1, "verify_full": 1, "diagnose": 1, "sherpa": 1, "sherpa_full": 1}
     eight = pipeline.default_slots(8, 24)
     assert eight["verify"] == 4 and "compile" not in eight   # compiles (0.9 GB peak) fit 8 at once in 24 GB
     assert pipeline.default_slots(8, 4)["compile"] == 3      # 4 GB: three 1-GB compiles, not eight
@@ -103,3 +104,55 @@ def test_progress_shows_n_of_n_durations_and_an_eta_from_the_last_build(tmp_path
     ci = subprocess.run([sys.executable, "-m", "doit"], cwd=project.root, env={**env, "CI": "true"},
                         capture_output=True, text=True, timeout=600)
     assert ci.returncode == 0 and "ETA" not in ci.stdout and ".  export:tiny/net" in ci.stdout
+
+
+# ---- steps are forks of a fork server (zygote.py) ----------------------------------------------------------
+
+def _step_task(tmp_path, mode="fork"):
+    class Task:   # what worker.run reads of a doit task
+        name, file_dep, targets, meta = "test:step", [], [], {"workers": mode}
+    return Task()
+
+
+def test_a_step_that_crashes_or_leaks_does_not_touch_the_next(tmp_path, monkeypatch):
+    monkeypatch.chdir(os.path.dirname(worker_steps.__file__))   # where the steps find `worker_steps`
+    task = _step_task(tmp_path)
+    crashed = worker.run(worker_steps.segfault, {}, str(tmp_path / "crash.log"), task)
+    assert "was killed by SIGSEGV (Segmentation fault" in str(crashed) and "crash.log" in str(crashed)
+    assert worker.run(worker_steps.leak, {"megabytes": 200}, str(tmp_path / "leak.log"), task) is None
+    assert worker.run(worker_steps.clean, {"marker": str(tmp_path / "clean")}, str(tmp_path / "clean.log"),
+                      task) is None, (tmp_path / "clean.log").read_text()
+    pid, preloaded = (tmp_path / "clean").read_text().split()
+    assert preloaded == "True" and int(pid) != os.getpid()   # a fork that found onnx already imported
+    servers = {line for name in ("crash", "leak", "clean")
+               for line in (tmp_path / f"{name}.log").read_text().splitlines() if "fork server, pid" in line}
+    assert len(servers) == 1   # one server ran all three: the crash did not take it down
+    server_pid = int(servers.pop().rsplit(" ", 1)[1])
+    assert any(s.process.pid == server_pid and s.alive() for s in zygote._SERVERS.values())
+
+
+def test_a_fresh_process_step_says_how_it_was_killed(tmp_path, monkeypatch):
+    monkeypatch.chdir(os.path.dirname(worker_steps.__file__))
+    crashed = worker.run(worker_steps.segfault, {}, str(tmp_path / "crash.log"), _step_task(tmp_path, "fresh"))
+    assert "was killed by SIGSEGV (Segmentation fault" in str(crashed)
+    assert "fork server" not in (tmp_path / "crash.log").read_text()
+
+
+def test_a_dead_fork_server_is_replaced_and_the_step_still_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(os.path.dirname(worker_steps.__file__))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    first = zygote.server(env)
+    first.process.kill()
+    first.process.wait()
+    assert worker.run(worker_steps.clean, {"marker": str(tmp_path / "m")}, str(tmp_path / "m.log"),
+                      _step_task(tmp_path)) is None
+    assert zygote.server(env).process.pid != first.process.pid
+
+
+def test_the_worker_mode_is_checked_at_load(tmp_path):
+    project = Project(tmp_path)
+    project.add_tiny()
+    rc, _, _ = project.run("list", "workers=spawn")
+    assert rc == 3
+    done = project.doit_cli("list", "workers=spawn")
+    assert "workers=spawn: expected fork or fresh" in done.stdout + done.stderr

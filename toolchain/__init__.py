@@ -13,7 +13,8 @@ import sys
 
 MODEL_CODE_NAMES = {"toolchain.export": "toolchain.stages.export",        # torch_to_onnx()
                     "toolchain.worker": "toolchain.engine.worker",        # load_module(), StageFailed
-                    "toolchain.sherpa_whisper": "toolchain.deploy.sherpa_whisper"}
+                    "toolchain.sherpa_whisper": "toolchain.deploy.sherpa_whisper",
+                    "toolchain.audio": "toolchain.stages.audio"}            # read_wav(): no libsndfile
 
 
 class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -11,12 +11,13 @@ from doit.exceptions import InvalidDodoFile
 
 from toolchain import backends
 from toolchain.deploy import bundle, runtime_libs, selector, sherpa_run
-from toolchain.engine import cache, limits, outputs
+from toolchain.engine import cache, limits, outputs, zygote
 from toolchain.phone import device, step0
 from toolchain.stages import (
     Stage,
     calibrate,
     checkpoint,
+    diagnose,
     export,
     inspect,
     manifest,
@@ -40,6 +41,8 @@ STAGES = (
     Stage("verify_full", functools.partial(verify.tasks, tier="full"),
           "HTP simulator vs CPU ONNX on every clip (WER), per model and chip; opt-in.", "model@chip", default=False,
           threads=2),
+    Stage("diagnose", diagnose.tasks, "The first op whose simulator output departs from the CPU, per model and "
+          "chip; on demand (a failed verify names it).", "model@chip", default=False, threads=2),
     Stage("manifest", manifest.tasks, "JSON record next to each chip's binaries, per model and chip.", "model@chip"),
     Stage("runtime", runtime_libs.tasks, "QNN runtime libraries an app ships (names, versions, license terms), "
           "per toolchain and chip.", "toolchain@chip", default=False),
@@ -62,7 +65,7 @@ STAGES = (
 NAMES = tuple(s.name for s in STAGES)
 DEFAULT = [s.name for s in STAGES if s.default]
 ALIASED = {"model", "graph", "graph@chip", "model@chip"}   # scopes whose tasks belong to one model
-VARIABLES = ("full", "extra", "limits", "cache", outputs.VAR, *device.VARIABLES, *step0.VARIABLES)
+VARIABLES = ("full", "extra", "limits", "cache", outputs.VAR, zygote.VAR, *device.VARIABLES, *step0.VARIABLES)
 
 
 def _get_var(name, default=None):
@@ -85,8 +88,12 @@ def variables() -> dict:
     rehash = given.get(outputs.VAR, "")
     if rehash not in ("", "0", "1"):
         raise InvalidDodoFile(f"command line: {outputs.VAR}={rehash}: expected 1 (compare every output's bytes) or 0")
+    try:
+        workers = zygote.mode(given.get(zygote.VAR, ""))
+    except ValueError as err:
+        raise InvalidDodoFile(f"command line: {err}") from None
     return {"full": given.get("full", ""), "extra": extra == "1", "rehash": rehash == "1" or bool(os.environ.get(outputs.ENV)),
-            "slots": limits.configured(default_slots(), NAMES, given.get("limits", ""))}
+            "slots": limits.configured(default_slots(), NAMES, given.get("limits", "")), "workers": workers}
 
 
 def default_slots(jobs: int | None = None, memory: float | None = None) -> dict[str, int]:
@@ -96,29 +103,30 @@ def default_slots(jobs: int | None = None, memory: float | None = None) -> dict[
     return {name: n for name, n in found.items() if n}
 
 
-def task_creators(project, slots: dict, rehash: bool = False) -> dict:
-    """{"task_<stage>": creator} for dodo.py, every stage's tasks made once, plus the aliases."""
+def task_creators(project, variables: dict) -> dict:
+    """{"task_<stage>": creator} for dodo.py, every stage's tasks made once, plus the aliases.
+    `variables`: what variables() resolved (slots per stage, rehash, worker mode)."""
     made = {}
     for stage in STAGES:
         tasks = stage.tasks(project)
-        made[stage.name] = _engine(tasks, slots.get(stage.name), rehash) if isinstance(tasks, dict) else \
-            [_engine(t, slots.get(stage.name), rehash) for t in tasks]
+        meta = {"slots": variables["slots"].get(stage.name, 0), "workers": variables["workers"]}
+        made[stage.name] = _engine(tasks, meta, variables["rehash"]) if isinstance(tasks, dict) else \
+            [_engine(t, meta, variables["rehash"]) for t in tasks]
     creators = {f"task_{s.name}": _creator(made[s.name], s.doc) for s in STAGES}
     creators["task_model"] = _creator(list(model_aliases(project, made)), "All tasks of one model.")
     creators["task_chip"] = _creator(list(chip_aliases(project, made)), "All tasks of one chip, across models.")
     return creators
 
 
-def _engine(task: dict, slots: int | None, rehash: bool) -> dict:
-    """What the engine adds to every task: its slot count, and its outputs as part of its state
+def _engine(task: dict, meta: dict, rehash: bool) -> dict:
+    """What the engine adds to every task: its slot count and worker mode, and its outputs as part of its state
     (recorded after it succeeds; a target changed since makes it stale: outputs.py)."""
     task = dict(task)
     # No capture: under `doit -n N` (threads) doit swaps the one sys.stdout per python-action, and
     # overlapping swaps leave it pointing at a finished task's buffer (the summary table vanished). A step's
     # own output goes to its log (worker.py); what a task prints in doit's process is meant for the console.
     task.setdefault("io", {"capture": False})
-    if slots is not None:
-        task["meta"] = {"slots": slots}
+    task["meta"] = {**task.get("meta", {}), **meta}
     if task.get("targets") and task.get("actions"):
         task["actions"] = [*task["actions"], outputs.record]
         task["uptodate"] = [*task.get("uptodate", []), (outputs.intact, (), {"rehash": rehash})]

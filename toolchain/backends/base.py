@@ -47,6 +47,12 @@ class Backend(ABC):
         """(factory, kwargs): factory(**kwargs) in the verify worker returns run(feeds) -> outputs for
         the compiled binary on the x86 HTP simulator, in ONNX names and layouts."""
 
+    def piece_runner(self, model, graph, chip) -> tuple | None:
+        """(factory, kwargs): factory(piece=<onnx path>, **kwargs) in the diagnose worker compiles a cut of
+        the graph as the graph itself is compiled and returns run(feeds) on the simulator; None when this
+        compiler cannot (the diagnose stage then has no task for the model)."""
+        return None
+
     @abstractmethod
     def verify_settings(self, model, chip, tier: str) -> dict:
         """What besides the checks decides a verify result (runner, options, tool)."""

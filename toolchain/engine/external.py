@@ -11,6 +11,7 @@ from doit.exceptions import TaskFailed
 
 from toolchain.engine import cache, limits
 from toolchain.engine.files import sha256, write_json
+from toolchain.engine.worker import ended
 
 PATH_LISTS = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH")   # prepended to the caller's value, as envsetup.sh does
 TAIL = 20
@@ -46,7 +47,7 @@ def run(argv: list[str], env: dict, log: str, outputs: list[str], record: str | 
     missing = [p for p in outputs if not os.path.isfile(p)]
     if rc or missing:
         _remove(outputs)
-        what = f"exited with {rc}" if rc else f"exited 0 but wrote no {', '.join(missing)}"
+        what = ended(rc) if rc else f"exited 0 but wrote no {', '.join(missing)}"
         return TaskFailed(f"{tool_name(argv)} {what}; log {log}, last lines:\n{tail(log)}")
     if record:
         write_json(record, {"argv": argv, "env": env, "seconds": round(seconds, 3),

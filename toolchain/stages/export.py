@@ -37,6 +37,8 @@ def tasks(project):
                 yield _external_task(model, graph, out, record, log)
                 continue
             settings = {"export": settings_export, "io": io_record(graph), "tool": tool_version()}
+            if model.requires:   # the model code's own packages: a new version exports again
+                settings["requires"] = dict(model.requires)
             kwargs = {"module_file": model.module_file, "checkpoint": paths.checkpoint(model),
                       "graph": graph.name, "settings": settings_export, "out": out, "record": record}
             yield {"name": f"{model.name}/{graph.name}",
@@ -70,15 +72,16 @@ def _external_task(model, graph, out: str, record: str, log: str) -> dict:
     """The ONNX from a declared command (its argv and the files it reads are the dependencies) or a given file."""
     kind, *rest = graph.source
     if kind == "onnx":
-        path, sha = rest
-        kwargs, deps, what = {"src": path, "sha": sha, "out": out, "record": record}, [path], f"given ONNX {path}"
-        action = given
+        path, sha, origin = rest
+        kwargs = {"src": path, "sha": sha, "out": out, "record": record, "io": io_record(graph), "origin": origin}
+        deps, what, action = [path], f"given ONNX {origin}, shapes pinned to the spec's", given
         settings = {"onnx": sha, "io": io_record(graph)}
     else:
         argv, reads, cwd = rest
-        kwargs, deps, what = {"argv": list(argv), "cwd": cwd, "out": out, "record": record}, list(reads), "command"
-        action = external
-        settings = {"command": list(argv), "io": io_record(graph)}
+        tools = {"python": sys.version.split()[0], **dict(model.requires)}
+        kwargs = {"argv": list(argv), "cwd": cwd, "out": out, "record": record, "tools": tools}
+        deps, what, action = list(reads), "command", external
+        settings = {"command": list(argv), "io": io_record(graph), **({"tools": tools} if model.requires else {})}
     return {"name": f"{model.name}/{graph.name}",
             "doc": f"{model.name}/{graph.name}: ONNX from the declared {what}",
             "file_dep": deps, "targets": [out, record, log], "clean": True,
@@ -103,8 +106,9 @@ def export(module_file: str, checkpoint: str, graph: str, settings: dict, out: s
                         "tool": tool_version(), "commit": repo_commit()})
 
 
-def external(argv: list, cwd: str, out: str, record: str):
-    """Run an external exporter; {out} is where it must write the ONNX, {python} this interpreter."""
+def external(argv: list, cwd: str, out: str, record: str, tools: dict | None = None):
+    """Run an external exporter in the spec's folder; {out} is where it must write the ONNX, {python} this
+    interpreter. The record keeps the argv, the ONNX's sha256 and the tools (Python, the spec's `requires`)."""
     started = time.monotonic()
     with atomic_path(out) as tmp:
         resolved = [a.replace("{out}", str(tmp.resolve())).replace("{python}", sys.executable) for a in argv]
@@ -119,19 +123,82 @@ def external(argv: list, cwd: str, out: str, record: str):
         if not os.path.getsize(tmp):
             raise StageFailed(f"export command wrote nothing to {{out}}: {' '.join(argv)}")
         onnx_or_fail(tmp, f"export command {' '.join(argv)} wrote")
-    write_json(record, {"seconds": round(time.monotonic() - started, 2), "settings": {"command": argv},
-                        "tool": {}, "commit": repo_commit()})
+    write_json(record, {"seconds": round(time.monotonic() - started, 2), "settings": {"command": argv, "cwd": cwd},
+                        "tool": tools or {}, "onnx_sha256": sha256(out), "commit": repo_commit()})
 
 
-def given(src: str, sha: str, out: str, record: str):
-    """Take an existing ONNX file, refusing other bytes than the pinned ones."""
+def given(src: str, sha: str, out: str, record: str, io: dict, origin: str = ""):
+    """Take an existing ONNX file, refusing other bytes than the pinned ones; its dynamic input axes are
+    fixed to the spec's declared shapes and every shape inferred again, so the result is fully static."""
+    import onnx
     actual = sha256(src)
     if actual != sha:
         raise StageFailed(f"{src}: sha256 {actual}, the spec pins {sha}")
     onnx_or_fail(src, f"{src} is")
+    model = onnx.load(src)
+    pinned = pin_shapes(model, io, origin or src)
     with atomic_path(out) as tmp:
-        shutil.copyfile(src, tmp)
-    write_json(record, {"seconds": 0, "settings": {"onnx": src, "sha256": sha}, "tool": {}, "commit": repo_commit()})
+        if pinned:
+            onnx.save(model, str(tmp))
+        else:
+            shutil.copyfile(src, tmp)
+    write_json(record, {"seconds": 0, "settings": {"onnx": origin or src, "sha256": sha}, "pinned": pinned,
+                        "onnx_sha256": sha256(out), "tool": {"onnx": metadata.version("onnx")},
+                        "commit": repo_commit()})
+
+
+def pin_shapes(model, io: dict, where: str) -> dict:
+    """Set every dynamic input axis to the declared size (in place), infer all shapes again and check that
+    every output is static and as declared; {input: {axis: "N -> 1"}} of what was fixed. A declared size
+    that contradicts a fixed one, or an output axis no input decides, is one line naming the axis."""
+    import onnx
+    graph = model.graph
+    initializers = {t.name for t in graph.initializer}
+    inputs = {i.name: i for i in graph.input if i.name not in initializers}
+    declared = {name: shape for name, shape, _ in io["inputs"]}
+    if set(inputs) != set(declared):
+        raise StageFailed(f"{where}: inputs {sorted(inputs)}, the spec declares {sorted(declared)}")
+    fixed = {}
+    for name, shape in declared.items():
+        dims = inputs[name].type.tensor_type.shape.dim
+        if len(dims) != len(shape):
+            raise StageFailed(f"{where}: input {name} has {len(dims)} axes, the spec declares {shape}")
+        for axis, (dim, size) in enumerate(zip(dims, shape)):
+            if dim.HasField("dim_value") and dim.dim_value > 0:
+                if dim.dim_value != size:
+                    raise StageFailed(f"{where}: input {name} axis {axis} is fixed at {dim.dim_value} in the model, "
+                                      f"the spec declares {size}")
+                continue
+            fixed.setdefault(name, {})[str(axis)] = f"{dim.dim_param or '?'} -> {size}"
+            dim.Clear()
+            dim.dim_value = size
+    if not fixed:
+        return {}
+    del graph.value_info[:]   # inferred for the dynamic shapes: inferred again below
+    names = {(o.name, axis): d.dim_param for o in graph.output for axis, d in enumerate(o.type.tensor_type.shape.dim)}
+    for output in graph.output:
+        for dim in output.type.tensor_type.shape.dim:
+            if not dim.HasField("dim_value") or dim.dim_value <= 0:
+                dim.Clear()
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except Exception as err:   # onnx's InferenceError: a node that cannot take the pinned shapes
+        raise StageFailed(f"{where}: shapes pinned to the spec's {declared} do not fit the model: "
+                          f"{str(err).strip().splitlines()[0][:300]}") from None
+    wanted = {name: shape for name, shape, _ in io["outputs"]}
+    for output in inferred.graph.output:
+        dims = output.type.tensor_type.shape.dim
+        for axis, dim in enumerate(dims):
+            if not dim.HasField("dim_value") or dim.dim_value <= 0:
+                raise StageFailed(f"{where}: output {output.name} axis {axis} ({names.get((output.name, axis)) or '?'}) stays "
+                                  f"dynamic with the inputs pinned: it depends on data, not on input shapes, so no "
+                                  f"static shape can be declared for it (cut the graph before the op that makes it)")
+        got = [d.dim_value for d in dims]
+        if output.name in wanted and got != list(wanted[output.name]):
+            raise StageFailed(f"{where}: output {output.name} is {got} with the inputs pinned, the spec declares "
+                              f"{wanted[output.name]}")
+    model.graph.CopyFrom(inferred.graph)
+    return fixed
 
 
 def onnx_or_fail(path, what: str) -> None:

@@ -6,6 +6,7 @@ from doit.tools import config_changed
 from toolchain.engine import paths
 from toolchain.engine.files import read_json, write_json
 from toolchain.engine.worker import in_process
+from toolchain.spec import plain
 from toolchain.stages import parity, simplify
 
 # What the binary's own config string says about the request (the full string is in *.compile.json).
@@ -24,6 +25,11 @@ def tasks(project):
                 "precision": {g.name: g.precision for g in model.graphs},
                 "tools": {"simplify": simplify.tool_version(), "compiler": model.backend.identity()},
                 "runtime_libraries": model.backend.runtime_libraries(chip.record())}
+        own = {g.name: plain(g.compile) for g in model.graphs if g.compile}
+        if own:   # declared only: a model without them keeps its manifest (and bundles) as they were
+            meta["compile_options"] = own
+        if model.requires:
+            meta["tools"]["model_code"] = dict(model.requires)
         out = paths.manifest(model, chip)
         yield {"name": f"{model.name}@{chip.name}",
                "doc": f"{model.name} on {chip.name}: manifest (chip, SDK build id, checksums, numbers)",
@@ -56,7 +62,7 @@ def write(meta: dict, sources: dict, out: str):
                          for g, e in exports.items()},
               "binaries": {g: {"file": c["binary"], "context_model": c["context_model"], "sha256": c["sha256"],
                                "bytes": c["bytes"], "compile_seconds": c["seconds"],
-                               "graph_name": c["info"]["graphs"][0]["name"],
+                               "graph_name": c["info"]["graphs"][0]["name"], "options": c.get("options"),
                                "config": {k: c["config"].get(k) for k in CONFIG_KEYS},
                                "io": binary_io(c["info"])}
                            for g, c in compiled.items()},

@@ -34,6 +34,14 @@ def tasks(project):
                "uptodate": [config_changed({"settings": settings, "tool": tool})]}
 
 
+def gate(model) -> list[str]:
+    """The task_dep of every compile of the model's graphs: the CPU check runs, and passes, first, so a
+    model that already fails on the CPU in a minute never costs minutes of compiles (fail fast; the
+    inspection of each graph is in the compile's file_dep). An order, not an input: a parity rerun that
+    ends the same does not recompile."""
+    return [f"parity:{model.name}"] if available(model) else []
+
+
 def available(model) -> bool:
     """A PyTorch original exists to compare with (not for an ONNX given as a file)."""
     return model.parity["reference"] == "torch"
@@ -41,6 +49,10 @@ def available(model) -> bool:
 
 def check(module_file: str, checkpoint: str | None, onnx_files: dict, data_dir, settings: dict, out: str, io: dict):
     module = load_module(module_file)
+    if not callable(getattr(module, "torch_runner", None)):
+        raise StageFailed(f"{module_file}: no torch_runner(checkpoint) function, which the parity stage calls to "
+                          f"compare the ONNX with PyTorch; write it, or declare [parity] reference = \"none\" "
+                          f"(no PyTorch original)")
     torch_run = compare.with_io(module.torch_runner, io)(checkpoint)
     cpu = {g: compare.cpu(p) for g, p in onnx_files.items()}
 

@@ -1,6 +1,7 @@
 """Exported ONNX -> onnxsim-simplified ONNX, once per graph."""
 from __future__ import annotations
 
+import time
 from importlib import metadata
 
 from doit.tools import config_changed
@@ -32,7 +33,9 @@ def simplify(src: str, out: str):
     import onnx
     import onnxsim
     onnx_or_fail(src, f"{src} is")
+    started = time.monotonic()
     model, ok = onnxsim.simplify(onnx.load(src))
+    print(f"onnxsim: {time.monotonic() - started:.2f} s")   # the tool's own time (bench/overhead.py)
     if not ok:
         raise StageFailed(f"{src}: onnxsim could not validate the simplified model")
     print(f"nodes: {len(onnx.load(src, load_external_data=False).graph.node)} -> {len(model.graph.node)}")

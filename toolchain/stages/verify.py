@@ -32,10 +32,13 @@ def tasks(project, tier: str):
         checks = {"max_rel": max(settings["max_rel"] if p == "fp16" else settings["max_rel_w8a16"]
                                  for p in precisions),
                   "metric": dict(model.metric), "clips": list(clips), "tier": tier}
+        if settings["min_cosine"]:   # only when declared: verify results of other models stay current
+            checks["min_cosine"] = settings["min_cosine"]
         kwargs = {"module_file": model.module_file, "graphs": graphs, "data_dir": model.data_dir,
                   "simulators": {g.name: list(backend.simulator(model, g, chip, tier)) for g in model.graphs},
                   "checks": checks, "out": out, "io": {g.name: io_record(g) for g in model.graphs},
-                  "spec": model.spec_file}
+                  "spec": model.spec_file,
+                  "diagnose": diagnose_hint(model, chip)}
         what = "all clips, WER" if tier == "full" else f"clips {', '.join(clips) or '(generated inputs)'}"
         yield {"name": f"{model.name}@{chip.name}",
                "doc": f"{model.name} on {chip.name}: {backend.verify_runner_name()} vs CPU ONNX, {tier} tier ({what})",
@@ -46,8 +49,15 @@ def tasks(project, tier: str):
                "uptodate": [config_changed({"checks": checks, **backend.verify_settings(model, chip, tier)})]}
 
 
+def diagnose_hint(model, chip) -> str:
+    """What a failed check suggests next: the command that finds the first op that departs."""
+    if all(model.backend.piece_runner(model, g, chip) for g in model.graphs):
+        return f"; the first op that departs: `doit diagnose:{model.name}@{chip.name}`"
+    return ""
+
+
 def check(module_file: str, graphs: dict, data_dir, simulators: dict, checks: dict, out: str, io: dict,
-          spec: str = ""):
+          spec: str = "", diagnose: str = ""):
     """Every graph's simulator run (the backend's runner) against the CPU ONNX on the same feeds."""
     started = time.monotonic()
     for g in graphs.values():   # doit checks only that targets exist; flipped weights still load
@@ -71,6 +81,8 @@ def check(module_file: str, graphs: dict, data_dir, simulators: dict, checks: di
     record = {"tier": checks["tier"], "tensors": errors, "checks": checks}
     failures = [f"{g}: max error {e['max_rel']:.3g} of the output range > {checks['max_rel']}"
                 for g, e in errors.items() if e["max_rel"] > checks["max_rel"]]
+    failures += [f"{g}: cosine similarity {e['cosine']:.5f} < {checks['min_cosine']}"
+                 for g, e in errors.items() if e["cosine"] < checks.get("min_cosine", -1)]
     if samples and hasattr(module, "evaluate"):   # the model's own task metric
         evaluate = compare.with_io(module.evaluate, io)
         ref, got = evaluate(cpu_run, samples), evaluate(sim_run, samples)
@@ -79,7 +91,7 @@ def check(module_file: str, graphs: dict, data_dir, simulators: dict, checks: di
     record["seconds"] = round(time.monotonic() - started, 1)
     print(record)
     if failures:
-        raise StageFailed(f"{', '.join(g['binary'] for g in graphs.values())}: " + "; ".join(failures))
+        raise StageFailed(f"{', '.join(g['binary'] for g in graphs.values())}: " + "; ".join(failures) + diagnose)
     write_json(out, record)
 
 

@@ -2,6 +2,8 @@
 model + context binary, and its x86 HTP simulator runs them. Its stages: quantize (w8a16), compile."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from toolchain.backends import base
 from toolchain.backends.ort_qnn import compile, ep, quantize
 from toolchain.engine import paths
@@ -21,6 +23,25 @@ class Backend(base.Backend):
               Stage("compile", compile.tasks, "ONNX -> HTP context binary (onnxruntime-qnn), per graph and chip; "
                     "ort-qnn models.", "graph@chip", memory_gb=1.0))   # a Whisper compile peaks at 0.9 GB
 
+    def spec_problems(self, model) -> list[tuple[str, str]]:
+        """A graph's [graphs.<g>.compile] takes `ep_options = {name = value}`, checked against the EP's own."""
+        found = []
+        for graph in model.graphs:
+            where = f"graphs.{graph.name}.compile"
+            for key, value in graph.compile.items():
+                if key != "ep_options":
+                    hint = " (that is a QAIRT option)" if key in ("converter_args",) else ""
+                    found.append((f"{where}.{key}", f"unknown key{hint}; this compiler takes ep_options = {{...}}"))
+                elif not isinstance(value, Mapping):
+                    found.append((f"{where}.ep_options", f"expected a table of EP options, got {value!r}"))
+                else:
+                    found += [(f"{where}.ep_options.{name}", why) for name, why in ep.option_problems(value)]
+        return found
+
+    def options(self, model, graph, chip) -> dict:
+        """The EP options one graph is compiled and simulated with."""
+        return ep.provider_options(chip.record(), model.compile["optimization"], graph.compile.get("ep_options"))
+
     def identity(self) -> dict:
         return ep.version()
 
@@ -35,10 +56,17 @@ class Backend(base.Backend):
 
     def simulator(self, model, graph, chip, tier: str) -> tuple:
         return ep.simulator, {"ctx_model": paths.context_model(model, graph, chip),
-                              "options": ep.provider_options(chip.record(), model.compile["optimization"])}
+                              "options": self.options(model, graph, chip)}
+
+    def piece_runner(self, model, graph, chip) -> tuple | None:
+        if graph.precision != "fp16":
+            return None   # a w8a16 piece would need its own calibration: not cut (docs/diagnose.md)
+        return ep.piece_simulator, {"options": self.options(model, graph, chip)}
 
     def verify_settings(self, model, chip, tier: str) -> dict:
-        return {"options": ep.provider_options(chip.record(), model.compile["optimization"]), "tool": ep.version()}
+        found = {"options": ep.provider_options(chip.record(), model.compile["optimization"]), "tool": ep.version()}
+        own = {g.name: ep.option_strings(g.compile["ep_options"]) for g in model.graphs if "ep_options" in g.compile}
+        return {**found, "graph_options": own} if own else found   # as before for graphs without their own
 
     def verify_runner_name(self) -> str:
         return "HTP simulator"

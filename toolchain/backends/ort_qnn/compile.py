@@ -8,6 +8,7 @@ from toolchain.engine import paths
 from toolchain.engine.files import sha256, write_json
 from toolchain.engine.worker import StageFailed, run
 from toolchain.qnn import qnnbin
+from toolchain.stages import parity
 
 MIB = 1 << 20
 
@@ -15,7 +16,7 @@ MIB = 1 << 20
 def tasks(project):
     tool = ep.version()
     for model, graph, chip in project.graph_chips(ep.NAME):
-        options = ep.provider_options(chip.record(), model.compile["optimization"])
+        options = model.backend.options(model, graph, chip)
         src = paths.compile_source(model, graph)
         targets = [paths.context_model(model, graph, chip), paths.context_binary(model, graph, chip),
                    paths.compile_record(model, graph, chip)]
@@ -28,7 +29,7 @@ def tasks(project):
                "doc": f"{model.name}/{graph.name} -> {chip.name} (v{chip.htp_arch}) context binary, "
                       f"{graph.precision}, no CPU fallback",
                "file_dep": [src, paths.inspected(model, graph), *model.backend.tool_files()],
-               "targets": targets + [log], "clean": True,
+               "task_dep": parity.gate(model), "targets": targets + [log], "clean": True,
                "actions": [(run, (build, kwargs, log))],
                "uptodate": [config_changed({"options": options, "tool": tool, "chip": chip.record(),
                                             "precision": graph.precision, "io": kwargs["io"]})]}

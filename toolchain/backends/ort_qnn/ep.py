@@ -1,6 +1,7 @@
 """The embedded toolchain: onnxruntime-qnn's HTP backend (QAIRT) as offline compiler and x86 simulator."""
 from __future__ import annotations
 
+import difflib
 import functools
 import mmap
 import os
@@ -24,12 +25,67 @@ def version() -> dict:
             "onnxruntime-qnn": metadata.version("onnxruntime-qnn"), "qairt": info.qnn_version}
 
 
-def provider_options(chip: dict, optimization: int) -> dict:
-    """EP options for one chip. soc_model is always set: alone, htp_arch silently compiles fp32 with
-    4 MB VTCM (ort-qnn.md §1.1). Values are strings, as the EP takes them."""
+def provider_options(chip: dict, optimization: int, graph_options=None) -> dict:
+    """EP options for one chip (and one graph's own, from its [graphs.<g>.compile] ep_options). soc_model
+    is always set: alone, htp_arch silently compiles fp32 with 4 MB VTCM (ort-qnn.md §1.1). Values are
+    strings, as the EP takes them."""
     return {"soc_model": str(chip["soc_model"]), "htp_arch": str(chip["htp_arch"]),
             "vtcm_mb": str(chip["vtcm_mb"]),
-            "htp_graph_finalization_optimization_mode": str(optimization)}
+            "htp_graph_finalization_optimization_mode": str(optimization),
+            **option_strings(graph_options or {})}
+
+
+FLAG = ("0", "1")
+# The EP options a spec may set per graph (names as the QNN EP of onnxruntime-qnn 2.7 reads them; values
+# as TOML writes them: true/false or 0/1 for a flag). What each did on a real model: docs/compiler-options.md.
+EP_OPTIONS = {
+    "enable_htp_monolithic_lstm": FLAG,       # an LSTM as one HTP op instead of unrolled cells
+    "enable_htp_fp16_precision": FLAG,        # fp32 graphs computed in fp16 (on by default)
+    "enable_htp_fp16_clamp_overflow": FLAG,   # clamp fp16 overflow instead of inf
+    "htp_bf16_enable": FLAG,                  # bf16 instead of fp16 (v81 and later)
+    "enable_htp_spill_fill_buffer": FLAG,     # one spill-fill buffer shared by a context's graphs
+    "offload_graph_io_quantization": FLAG,    # quantize/dequantize graph I/O on the HTP
+    "htp_performance_mode": ("burst", "balanced", "default", "high_performance", "high_power_saver",
+                             "low_balanced", "low_power_saver", "power_saver", "sustained_high_performance",
+                             "extreme_power_saver"),   # run time only: the simulator's session
+    "qnn_context_priority": ("low", "normal_low", "normal", "normal_high", "high", "high_plus", "critical",
+                             "critical_plus"),
+    "enable_block_quant_weight_optimization": FLAG,
+}
+# Why a spec's options are checked here: the EP itself ignores a name it does not know and reads a bad
+# flag value ("2", "yes") as 0, both silently (its verbose log only).
+# Options the build sets itself from elsewhere in the spec: a graph may not override them.
+MANAGED = {"soc_model": "the chip table (toolchain/spec/chips.toml)", "htp_arch": "the chip table",
+           "vtcm_mb": "the chip table (vtcm_mb per chip; the read-back checks it)",
+           "htp_graph_finalization_optimization_mode": "[compile] optimization",
+           "backend_path": "the compiler", "backend_type": "the compiler", "device_id": "the compiler",
+           "enable_htp_graph_splitting": "the build (one graph per binary, no partitions)",
+           "profiling_level": "the build", "profiling_file_path": "the build"}
+
+
+def option_strings(declared) -> dict:
+    """Declared option values as the EP takes them (true/1 -> "1"); checked first by option_problems()."""
+    def text(value):
+        return ("1" if value else "0") if isinstance(value, bool) else str(value)
+    return {name: text(value) for name, value in sorted(declared.items())}
+
+
+def option_problems(declared) -> list[tuple[str, str]]:
+    """(option, reason) for each declared EP option this EP does not take as given."""
+    found = []
+    for name, value in declared.items():
+        if name in MANAGED:
+            found.append((name, f"set by {MANAGED[name]}, not per graph"))
+        elif name not in EP_OPTIONS:
+            close = difflib.get_close_matches(name, EP_OPTIONS, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(sorted(EP_OPTIONS))}"
+            found.append((name, f"not an option of the QNN EP; {hint}"))
+        elif isinstance(value, (list, tuple, dict)) or isinstance(value, float) or (
+                option_strings({name: value})[name] not in EP_OPTIONS[name]):
+            allowed = "true or false (1 or 0)" if EP_OPTIONS[name] == FLAG else ", ".join(EP_OPTIONS[name])
+            shown = list(value) if isinstance(value, tuple) else value   # as the TOML wrote it
+            found.append((name, f"{shown!r}: expected {allowed}"))
+    return found
 
 
 def _session(model, options: dict, config: dict, severity: int = 3):
@@ -107,6 +163,17 @@ def simulator(ctx_model: str, options: dict):
     session = _session(ctx_model, options, {"session.disable_cpu_ep_fallback": "1"})
     names = [o.name for o in session.get_outputs()]
     return lambda feeds: dict(zip(names, session.run(names, feeds)))
+
+
+def piece_simulator(piece: str, options: dict):
+    """Compile a cut piece of a graph beside it (as compile.build does the whole graph: no CPU fallback)
+    and return run(feeds) on the simulator."""
+    out = str(Path(piece).with_name(Path(piece).stem + ".ctx.onnx"))
+    compile(piece, out, options)
+    left = context_ops(out)
+    if left:
+        raise StageFailed(f"{piece}: nodes outside the HTP context: {left}")
+    return simulator(out, options)
 
 
 def runtime_libraries(chip: dict) -> dict:

@@ -22,7 +22,7 @@ from toolchain.backends.ort_qnn import ep
 from toolchain.engine import paths
 from toolchain.engine.files import atomic_path
 from toolchain.engine.worker import run
-from toolchain.stages import calibrate
+from toolchain.stages import calibrate, parity
 
 SETTINGS = {"activation_type": "QUInt16", "weight_type": "QUInt8", "per_channel": True, "io": "float32",
             "rewrites": ["matmul-constant-second", "gather-table-uint8"]}
@@ -41,7 +41,7 @@ def tasks(project):
             kwargs = {"src": src, "folder": folder, "inputs": inputs, "out": out}
             yield {"name": f"{model.name}/{graph.name}",
                    "doc": f"{model.name}/{graph.name}: w8a16 QDQ ONNX (uint8 weights, uint16 activations)",
-                   "file_dep": [src, paths.calibration_list(model, graph), *raws], "targets": [out, log], "clean": True,
+                   "file_dep": [src, paths.calibration_list(model, graph), *raws], "task_dep": parity.gate(model), "targets": [out, log], "clean": True,
                    "actions": [(run, (quantize, kwargs, log))],
                    "uptodate": [config_changed({"settings": SETTINGS, "tool": tool})]}
 

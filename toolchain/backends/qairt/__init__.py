@@ -53,6 +53,13 @@ class Backend(base.Backend):
         it would make collide, and names starting with a digit (not a C++ identifier either way)."""
         found = []
         for graph in model.graphs:
+            for key, value in graph.compile.items():   # [graphs.<g>.compile]: converter_args = [...]
+                where = f"graphs.{graph.name}.compile.{key}"
+                if key != "converter_args":
+                    hint = " (that is the embedded compiler's, toolchain ort-qnn)" if key == "ep_options" else ""
+                    found.append((where, f"unknown key{hint}; this compiler takes converter_args = [...]"))
+                else:
+                    found += [(where, why) for why in tools.converter_arg_problems(value)]
             if c_name(graph.name)[0].isdigit():
                 found.append((f"graphs.{graph.name}", "a QAIRT graph name must not start with a digit (the converter "
                                                       "makes it a C++ identifier): rename the graph"))

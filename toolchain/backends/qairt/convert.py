@@ -10,6 +10,7 @@ from toolchain.backends.qairt import tools
 from toolchain.engine import external, paths, worker
 from toolchain.engine.files import atomic_path
 from toolchain.engine.worker import StageFailed
+from toolchain.stages import parity
 
 
 def tasks(project):
@@ -23,13 +24,13 @@ def tasks(project):
                 paths.calibration_raw(model, graph, i, t.name) for i in range(graph.calibration) for t in graph.inputs
             ] if quantized else []
             listed = paths.converter_input_list(model, graph) if quantized else None
-            argv, env = tools.converter_argv(sdk, src, cpp, listed), tools.env(sdk)
+            argv, env = tools.converter_argv(sdk, src, cpp, listed, graph.compile.get("converter_args", ())), tools.env(sdk)
             actions = [(worker.in_process, (converter_list, calibration[0], listed))] if quantized else []
             yield {"name": f"{model.name}/{graph.name}",
                    "doc": f"{model.name}/{graph.name}: qnn-onnx-converter ({graph.precision}) -> {graph.name}.cpp "
                           f"+ .bin, QNN graph '{tools.graph_name(cpp)}' [qairt {sdk.build_id}]",
                    "file_dep": [src, paths.inspected(model, graph), *calibration],
-                   "targets": [cpp, weights, record, log] + ([listed] if listed else []), "clean": True,
+                   "task_dep": parity.gate(model), "targets": [cpp, weights, record, log] + ([listed] if listed else []), "clean": True,
                    "actions": actions + [(external.action, (argv, env, log, [cpp, weights], record))],
                    "uptodate": [config_changed({"argv": argv, "env": env, "sdk": sdk.record(),
                                                 "python": sdk.python_version})]}

@@ -1,6 +1,7 @@
 """The QAIRT SDK toolchain ($QNN_SDK_ROOT): the one place that knows the SDK's layout, tools and argv."""
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -93,12 +94,46 @@ def env(sdk: Sdk, ldflags: bool = False) -> dict:
     return found
 
 
-def converter_argv(sdk: Sdk, onnx: str, cpp: str, input_list: str | None = None) -> list[str]:
-    """qnn-onnx-converter, float graph (§1 S4); a calibration list adds native raw inputs."""
+def converter_argv(sdk: Sdk, onnx: str, cpp: str, input_list: str | None = None, extra=()) -> list[str]:
+    """qnn-onnx-converter, float graph (§1 S4); a calibration list adds native raw inputs; `extra`: the
+    graph's own converter_args ([graphs.<g>.compile]), last, so they override the defaults."""
     argv = [sdk.python, sdk.tool("qnn-onnx-converter"), "--input_network", onnx, "--output_path", cpp]
     if input_list:
         argv += ["--input_list", input_list, "--use_native_input_files"]
-    return argv + ["--act_bitwidth", "16", "--bias_bitwidth", "32"]
+    return argv + ["--act_bitwidth", "16", "--bias_bitwidth", "32", *extra]
+
+
+# qnn-onnx-converter flags a spec may add per graph (QAIRT 2.x `--help`); value-taking ones take the next word.
+CONVERTER_FLAGS = {"--act_bitwidth": True, "--weights_bitwidth": True, "--bias_bitwidth": True,
+                   "--float_bitwidth": True, "--float_bias_bitwidth": True, "--act_quantizer": True,
+                   "--param_quantizer": True, "--algorithms": True, "--percentile_calibration_value": True,
+                   "--use_per_channel_quantization": False, "--use_per_row_quantization": False,
+                   "--disable_batchnorm_folding": False, "--keep_disconnected_nodes": False,
+                   "--quantization_overrides": True, "--float_fallback": False, "--preserve_io": False,
+                   "--define_symbol": True, "--apply_masked_softmax": True, "--restrict_quantization_steps": True,
+                   "--pack_4_bit_weights": False, "--keep_weights_quantized": False}
+CONVERTER_MANAGED = {"--input_network", "--output_path", "--input_list", "--use_native_input_files", "-i", "-o"}
+
+
+def converter_arg_problems(args) -> list[str]:
+    """What is wrong with a graph's converter_args (one reason per mistake)."""
+    if not isinstance(args, (list, tuple)) or not all(isinstance(a, str) for a in args):
+        return [f"expected a list of strings (flags and their values), got {args!r}"]
+    found, expect_value = [], False
+    for arg in args:
+        if expect_value:
+            expect_value = False
+            continue
+        if arg in CONVERTER_MANAGED:
+            found.append(f"{arg} is set by the build (the graph's ONNX, outputs and calibration list)")
+        elif arg not in CONVERTER_FLAGS:
+            close = difflib.get_close_matches(arg, CONVERTER_FLAGS, n=1)
+            found.append(f"{arg}: not a qnn-onnx-converter flag" + (f"; did you mean '{close[0]}'?" if close else ""))
+        else:
+            expect_value = CONVERTER_FLAGS[arg]
+    if expect_value:
+        found.append(f"{args[-1]} takes a value")
+    return found
 
 
 def modellib_argv(sdk: Sdk, cpp: str, weights: str, out_dir: str, targets: list[str]) -> list[str]:

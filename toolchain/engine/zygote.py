@@ -1,0 +1,182 @@
+"""A fork server for the worker's steps: each doit process starts one server that imports the heavy Python
+stack once (torch, onnx, onnxruntime, onnxsim: ~5 s a step before), and every step is a fresh fork of it.
+
+Why a fork keeps what a fresh process gave (docs/scale.md, "Steps are forks"):
+- the server only imports; it never builds a model, opens a session or compiles, so each step starts from
+  the same pristine state a fresh interpreter reaches after the same imports (one compile per process);
+- a step is a child of a child: the server forks a waiter per request, the waiter forks the step and
+  reports how it ended, so a step that segfaults, leaks or patches a module dies alone and the next
+  step is forked from the untouched server;
+- the step runs in the caller's folder with its stdout and stderr on the step's own log;
+- the server is keyed by the caller's environment (a changed variable starts a new server: libraries
+  read some at import) and ends when its doit process does (its stdin closes).
+`doit workers=fresh` (or QNN_WORKERS=fresh) runs every step in a new interpreter instead, as before."""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import importlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import traceback
+
+PRELOAD = ("numpy", "onnx", "onnxruntime", "torch", "onnxsim")   # what the heavy steps import; absent ones skipped
+ENV, VAR = "QNN_WORKERS", "workers"
+SERVE = "--serve"   # `python -m toolchain.engine.worker --serve ADDRESS` starts a server (worker.py knows the step)
+MODES = ("fork", "fresh")
+
+
+def mode(given: str = "") -> str:
+    """The worker mode: `workers=` on the command line, else $QNN_WORKERS, else fork."""
+    chosen = given or os.environ.get(ENV) or "fork"
+    if chosen not in MODES:
+        where = f"{VAR}={given}" if given else f"${ENV}={chosen}"
+        raise ValueError(f"{where}: expected {' or '.join(MODES)}")
+    return chosen
+
+
+class Server:
+    """The parent's handle on one fork server."""
+
+    def __init__(self, env: dict):
+        self.address = f"qnn-zygote-{os.getpid()}-{os.urandom(6).hex()}"   # Linux abstract socket: no file
+        self.process = subprocess.Popen([sys.executable, "-m", "toolchain.engine.worker", SERVE, self.address],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=os.getcwd())
+        line = self.process.stdout.readline()
+        if line.strip() != b"ready":
+            self.stop()
+            raise OSError(f"fork server did not start (said {line[:200]!r})")
+
+    def call(self, function: str, kwargs: str, log: str) -> int:
+        """Run one step; its exit code as subprocess gives it (negative: killed by that signal)."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect("\0" + self.address)
+            request = {"function": function, "kwargs": kwargs, "log": os.path.abspath(log), "cwd": os.getcwd()}
+            conn.sendall(json.dumps(request).encode() + b"\n")
+            reply = conn.makefile("rb").readline()
+        if not reply:
+            raise OSError("the fork server's waiter ended without an answer")
+        return json.loads(reply)["rc"]
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.process.stdin.close()   # the server ends on EOF; steps it started finish on their own
+        self.process.wait()
+
+
+_SERVERS: dict[tuple[int, str], Server] = {}
+_LOCK = threading.Lock()
+
+
+def server(env: dict) -> Server:
+    """This process's server for `env` (doit's threads share it; a forked doit process starts its own)."""
+    key = (os.getpid(), hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest())
+    with _LOCK:
+        if not _SERVERS:
+            atexit.register(stop_all)   # doit ends: its servers end with it (and are waited for)
+        for old in [k for k in _SERVERS if k != key and k[0] == key[0]]:
+            _SERVERS.pop(old).stop()   # the environment changed: the old server's imports may not hold
+        found = _SERVERS.get(key)
+        if found is None or not found.alive():
+            found = _SERVERS[key] = Server(env)
+        return found
+
+
+def stop_all() -> None:
+    """Stop this process's servers (registered at exit; a forked child leaves its parent's alone)."""
+    with _LOCK:
+        mine = [k for k in _SERVERS if k[0] == os.getpid()]
+        servers = [_SERVERS.pop(k) for k in mine]
+    for found in servers:
+        found.stop()
+
+
+def forget(env: dict) -> None:
+    """Drop a server that failed (the step falls back to a fresh process; the next one starts a new server)."""
+    key = (os.getpid(), hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest())
+    with _LOCK:
+        found = _SERVERS.pop(key, None)
+    if found is not None:
+        found.stop()
+
+
+# ---- the server process --------------------------------------------------------------------------------
+
+def serve(address: str, step) -> None:
+    """Import the stack, then fork a waiter per request until stdin closes; `step([function, kwargs])` is
+    the worker's main, run in each step's fork."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C stops doit and the steps; the server ends on EOF
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # waiters are reaped by the kernel
+    for name in PRELOAD:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0" + address)
+    listener.listen(64)
+    os.write(1, b"ready\n")
+    while True:
+        ready, _, _ = select.select([listener, 0], [], [])
+        if 0 in ready and not os.read(0, 4096):
+            return   # doit ended
+        if listener in ready:
+            conn, _ = listener.accept()
+            if os.fork() == 0:
+                listener.close()
+                _wait_for_step(conn, step)   # never returns
+            conn.close()
+
+
+def _wait_for_step(conn: socket.socket, step) -> None:
+    """The waiter: fork the step, wait for it, answer how it ended."""
+    rc = 1
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        request = json.loads(conn.makefile("rb").readline())
+        pid = os.fork()
+        if pid == 0:
+            conn.close()
+            _step(request, step)   # never returns
+        rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        conn.sendall(json.dumps({"rc": rc}).encode() + b"\n")
+    finally:
+        os._exit(0)
+
+
+def _step(request: dict, step) -> None:
+    """The step: what `python -m toolchain.engine.worker` does, in a fork, in the caller's folder."""
+    rc = 1
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.chdir(request["cwd"])
+        sys.path[0] = request["cwd"]   # as `python -m` started there would have it
+        fd = os.open(request["log"], os.O_WRONLY | os.O_APPEND)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        rc = step([request["function"], request["kwargs"]])
+    except SystemExit as done:
+        rc = done.code if isinstance(done.code, int) else 1
+    except KeyboardInterrupt:
+        rc = 128 + signal.SIGINT
+    except BaseException:
+        traceback.print_exc()
+        rc = 1
+    finally:
+        with contextlib.suppress(Exception):
+            atexit._run_exitfuncs()   # as a fresh interpreter's exit would
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(rc)

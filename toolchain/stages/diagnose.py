@@ -1,0 +1,201 @@
+"""Where a compiled graph departs from the CPU: the first op whose output is off beyond the verify threshold.
+
+`doit diagnose:<model>@<CHIP>` (on demand; a failed verify names the command). For every graph, on the
+same real input verify uses, the graph is cut after one op at a time (onnx's Extractor: graph inputs ->
+that op's output), the piece compiled and run by the model's compiler on the simulator exactly as the
+whole graph is, and compared with the same piece on the CPU. The cut point is found by bisection over
+the ops in graph order (a divergence, once there, carries to the outputs), so a graph of N ops costs
+about log2(N) + 1 compiles. Reported per graph: op name and type, the tensor where it starts, its error,
+and the last op still within the threshold; in the task's output and build/<model>/<toolchain>/<chip>/
+diagnose.json."""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+
+from doit.tools import config_changed
+
+from toolchain.engine import paths
+from toolchain.engine.files import read_json, write_json
+from toolchain.engine.worker import StageFailed, in_process, load_module, run
+from toolchain.stages import compare
+from toolchain.stages.export import io_record
+
+FLOATS = (1, 10)   # onnx.TensorProto.FLOAT, FLOAT16: the tensors compared (not shapes or indices)
+
+
+def tasks(project):
+    for model, chip in project.model_chips():
+        backend = model.backend
+        pieces = {g.name: backend.piece_runner(model, g, chip) for g in model.graphs}
+        if not all(pieces.values()):
+            continue   # a compiler or precision that cannot compile cut pieces (the task would do nothing)
+        graphs = {g.name: paths.simplified(model, g) for g in model.graphs}
+        thresholds = {g.name: threshold(model, g) for g in model.graphs}
+        out, log = paths.diagnosis(model, chip), paths.diagnosis(model, chip)[:-len(".json")] + ".log"
+        kwargs = {"module_file": model.module_file, "graphs": graphs, "data_dir": model.data_dir,
+                  "clips": list(model.verify["clips"]), "io": {g.name: io_record(g) for g in model.graphs},
+                  "pieces": {g: list(p) for g, p in pieces.items()}, "thresholds": thresholds, "out": out,
+                  "spec": model.spec_file}
+        yield {"name": f"{model.name}@{chip.name}",
+               "doc": f"{model.name} on {chip.name}: the first op whose simulator output departs from the CPU",
+               "file_dep": [*model.code_files, *graphs.values(), *compare.data_files(model.data_dir),
+                            *backend.tool_files()],
+               "targets": [out, log], "clean": True,
+               "actions": [(run, (locate, kwargs, log)), (in_process, (summary, out))],
+               "uptodate": [config_changed({"thresholds": thresholds, "clips": list(model.verify["clips"]),
+                                            **backend.verify_settings(model, chip, "default")})]}
+
+
+def threshold(model, graph) -> dict:
+    """The verify stage's limits for one graph."""
+    limit = model.verify["max_rel"] if graph.precision == "fp16" else model.verify["max_rel_w8a16"]
+    return {"max_rel": limit, "min_cosine": model.verify["min_cosine"]}
+
+
+def command(model, chip) -> str:
+    return f"doit diagnose:{model.name}@{chip.name}"
+
+
+def locate(module_file: str, graphs: dict, data_dir, clips: list, io: dict, pieces: dict, thresholds: dict,
+           out: str, spec: str = ""):
+    import onnx
+    module = load_module(module_file)
+    cpu = {name: compare.cpu(path) for name, path in graphs.items()}
+    samples = compare.samples(module, data_dir, clips, f"{spec}: verify.clips")
+    feeds = compare.feeds(module, lambda g, f: cpu[g](f), samples[0] if samples else None, io)
+    record = {}
+    with tempfile.TemporaryDirectory(prefix="diagnose-") as scratch:
+        for name, path in graphs.items():
+            factory, kwargs = pieces[name]
+            model = onnx.load(path)
+            record[name] = bisect(model, feeds[name][0], lambda piece: factory(piece=piece, **kwargs),
+                                  thresholds[name], os.path.join(scratch, name))
+            print(f"{name}: {_line(record[name])}", flush=True)
+    write_json(out, _finite(record))
+
+
+def bisect(model, feeds: dict, compile_piece, limits: dict, scratch: str) -> dict:
+    """The first op (in graph order) whose output is beyond `limits` on the compiled piece, by bisection."""
+    import onnx
+    started = time.monotonic()
+    points = cut_points(model)
+    if not points:
+        raise StageFailed("no float tensor produced by an op to cut the graph at")
+    checked = {}
+
+    def bad(i: int):
+        if i not in checked:
+            checked[i] = measure(model, points[i], feeds, compile_piece, f"{scratch}/{i}", onnx)
+        result = checked[i]
+        if "error" in result:
+            return None
+        return result["max_rel"] > limits["max_rel"] or result["cosine"] < (limits.get("min_cosine") or -1)
+
+    last = len(points) - 1
+    whole = bad(last)
+    found = {"limits": limits, "ops": len(points), "compiles": 0}
+    if whole is False:
+        found.update(first_divergent=None, verdict="every output is within the limits on this input")
+    else:
+        lo, hi = -1, last   # lo: last known good (-1: the inputs), hi: first known bad
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            verdict, probe = bad(mid), mid
+            while verdict is None and probe + 1 < hi:   # a piece that does not compile: try the next op
+                probe += 1
+                verdict = bad(probe)
+            if verdict is None:
+                break
+            lo, hi = (probe, hi) if not verdict else (lo, probe)
+        found["first_divergent"] = {**points[hi], **checked[hi]}
+        found["last_within"] = {**points[lo], **checked[lo]} if lo >= 0 else None
+        found["verdict"] = (f"op {points[hi]['op']} ({points[hi]['op_type']}) is the first whose output "
+                            f"{points[hi]['tensor']} departs from the CPU")
+    found["compiles"] = len(checked)
+    found["checked"] = [{**points[i], **checked[i]} for i in sorted(checked)]
+    found["seconds"] = round(time.monotonic() - started, 1)
+    return found
+
+
+def cut_points(model) -> list[dict]:
+    """Each op's first float output that depends on a graph input, in graph (topological) order."""
+    import onnx
+    inferred = onnx.shape_inference.infer_shapes(model)
+    types = {v.name: v.type.tensor_type.elem_type for v in
+             [*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input]}
+    live = {i.name for i in model.graph.input} - {t.name for t in model.graph.initializer}
+    points = []
+    for index, node in enumerate(model.graph.node):
+        if not any(i in live for i in node.input):
+            continue   # computed from constants only (folded by onnxsim; nothing to compare)
+        live.update(o for o in node.output if o)
+        tensor = next((o for o in node.output if o and types.get(o) in FLOATS), None)
+        if tensor:
+            points.append({"index": index, "op": node.name or f"#{index}", "op_type": node.op_type, "tensor": tensor})
+    return points
+
+
+def measure(model, point: dict, feeds: dict, compile_piece, folder: str, onnx) -> dict:
+    """The piece ending at `point`: compiled and run, against the CPU on the same feeds."""
+    os.makedirs(folder, exist_ok=True)
+    needed = _inputs_of(model, point["tensor"])
+    piece_path = f"{folder}/piece.onnx"
+    piece = onnx.utils.Extractor(model).extract_model(needed, [point["tensor"]])
+    onnx.save(piece, piece_path)
+    inputs = {k: v for k, v in feeds.items() if k in needed}
+    want = compare.cpu(piece_path)(inputs)[point["tensor"]]
+    try:
+        got = compile_piece(piece_path)(inputs)[point["tensor"]]
+    except StageFailed as err:   # e.g. a cut that leaves a piece the compiler refuses
+        return {"error": str(err)[:300]}
+    errors = compare.element_errors(want, got)
+    return {k: (round(v, 6) if math.isfinite(v) else v) for k, v in errors.items()}
+
+
+def _inputs_of(model, tensor: str) -> list[str]:
+    """The graph inputs `tensor` depends on."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    graph_inputs = {i.name for i in model.graph.input} - {t.name for t in model.graph.initializer}
+    seen, stack, found = set(), [tensor], []
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in graph_inputs:
+            found.append(name)
+        elif name in producer:
+            stack.extend(i for i in producer[name].input if i)
+    return [i.name for i in model.graph.input if i.name in found]
+
+
+def _line(found: dict) -> str:
+    first = found.get("first_divergent")
+    if not first:
+        return found["verdict"]
+    tail = "" if "max_rel" not in first else f": max error {first['max_rel']:.3g} of the range, cosine {first['cosine']:.5f}"
+    within = found.get("last_within")
+    before = f"; the op before it, {within['op']} ({within['op_type']}), is within" if within else \
+        "; it is the first op on the input"
+    return f"{found['verdict']}{tail} (limit {found['limits']['max_rel']}){before} [{found['compiles']} compiles]"
+
+
+def _finite(value):
+    """inf/NaN (an fp16 overflow) as strings: the record is strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return [_finite(v) for v in value] if isinstance(value, list) else value
+
+
+def summary(out: str) -> None:
+    """Print each graph's finding in doit's output (the step's own output is in its log)."""
+    for graph, found in read_json(out).items():
+        first = found.get("first_divergent")
+        if first and isinstance(first.get("max_rel"), str):   # inf/NaN were stored as strings
+            first = {**first, "max_rel": float(first["max_rel"]), "cosine": float(first["cosine"])}
+        print(f"{graph}: {_line({**found, 'first_divergent': first})}")
