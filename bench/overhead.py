@@ -10,7 +10,7 @@ In a fresh clone of this checkout's HEAD (so the build is cold and nothing here 
 - the per-chip script (bench/sherpa_style.py, one folder and one process per chip, running the stages the
   doit selection ran, the same stage functions so the same compile options), chips one after another.
 Reports each wall time with the load average before it, the seconds the tools themselves took (export.json,
-onnxsim's line in the simplify log, *.compile.json), the seconds every step's process took (`# exit N after
+onnxsim's line in the simplify log, *.compile.json, the parity step: PyTorch and onnxruntime on the CPU), the seconds every step's process took (`# exit N after
 S s`), and the ratios. Writes <out>/overhead-<model>.json."""
 from __future__ import annotations
 
@@ -50,8 +50,11 @@ def build(folder: Path, selection: str, jobs: list[str]) -> dict:
 def seconds(folder: Path, model: str) -> dict:
     build_dir = folder / "build" / model
     tool = {"export": sum(json.loads(p.read_text())["seconds"] for p in build_dir.glob("*/export.json")),
-            "onnxsim": sum(float(m.group(1)) for p in build_dir.glob("*/simplify.log")
+            "onnxsim": sum(float(m.group(1)) for p in build_dir.glob("*/*.simplify.log")
                            for m in ONNXSIM.finditer(p.read_text(errors="replace"))),
+            # parity runs PyTorch and onnxruntime: its step's time (a fork: no imports) is tool time
+            "parity": sum(float(m.group(1)) for p in build_dir.glob("parity.log")
+                          for m in EXIT.finditer(p.read_text(errors="replace"))),
             "compile": sum(json.loads(p.read_text())["seconds"] for p in build_dir.glob("*/*/*.compile.json"))}
     steps = sum(float(m.group(1)) for p in build_dir.rglob("*.log") for m in EXIT.finditer(p.read_text(errors="replace")))
     return {"in_tool_s": {k: round(v, 1) for k, v in tool.items()}, "step_processes_s": round(steps, 1)}
