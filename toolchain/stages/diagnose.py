@@ -55,8 +55,27 @@ def threshold(model, graph) -> dict:
     return {"max_rel": limit, "min_cosine": model.verify["min_cosine"]}
 
 
-def command(model, chip) -> str:
-    return f"doit diagnose:{model.name}@{chip.name}"
+AUTO_OPS = 300   # a failed verify bisects graphs up to this many cut points itself (~log2(N)+1 small compiles)
+
+
+def after_failure(graphs: dict, feeds: dict, pieces: dict, thresholds: dict, errors: dict) -> list[str]:
+    """For a failed verify: each failing graph small enough, bisected on the spot (its finding joins the
+    failure message); a larger one is left to `doit diagnose:` (the message names it)."""
+    import onnx
+    found = []
+    with tempfile.TemporaryDirectory(prefix="diagnose-") as scratch:
+        for name, path in graphs.items():
+            e, limits = errors[name], thresholds[name]
+            if e["max_rel"] <= limits["max_rel"] and e["cosine"] >= (limits.get("min_cosine") or -1):
+                continue
+            model = onnx.load(path)
+            if len(cut_points(model)) > AUTO_OPS:
+                continue
+            factory, kwargs = pieces[name]
+            result = bisect(model, feeds[name][0], lambda piece: factory(piece=piece, **kwargs), limits,
+                            os.path.join(scratch, name))
+            found.append(f"{name}: {_line(result)}")
+    return found
 
 
 def locate(module_file: str, graphs: dict, data_dir, clips: list, io: dict, pieces: dict, thresholds: dict,

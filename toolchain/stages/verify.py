@@ -12,7 +12,7 @@ from doit.tools import config_changed
 from toolchain.engine import paths
 from toolchain.engine.files import read_json, sha256, write_json
 from toolchain.engine.worker import StageFailed, load_module, run
-from toolchain.stages import compare
+from toolchain.stages import compare, diagnose
 from toolchain.stages.export import io_record
 
 
@@ -38,7 +38,8 @@ def tasks(project, tier: str):
                   "simulators": {g.name: list(backend.simulator(model, g, chip, tier)) for g in model.graphs},
                   "checks": checks, "out": out, "io": {g.name: io_record(g) for g in model.graphs},
                   "spec": model.spec_file,
-                  "diagnose": diagnose_hint(model, chip)}
+                  "hint": diagnose_hint(model, chip), "pieces": pieces(model, chip),
+                  "thresholds": {g.name: diagnose.threshold(model, g) for g in model.graphs}}
         what = "all clips, WER" if tier == "full" else f"clips {', '.join(clips) or '(generated inputs)'}"
         yield {"name": f"{model.name}@{chip.name}",
                "doc": f"{model.name} on {chip.name}: {backend.verify_runner_name()} vs CPU ONNX, {tier} tier ({what})",
@@ -51,13 +52,19 @@ def tasks(project, tier: str):
 
 def diagnose_hint(model, chip) -> str:
     """What a failed check suggests next: the command that finds the first op that departs."""
-    if all(model.backend.piece_runner(model, g, chip) for g in model.graphs):
+    if pieces(model, chip):
         return f"; the first op that departs: `doit diagnose:{model.name}@{chip.name}`"
     return ""
 
 
+def pieces(model, chip) -> dict | None:
+    """How to compile a cut of each graph (backend.piece_runner), when the compiler can for every graph."""
+    found = {g.name: model.backend.piece_runner(model, g, chip) for g in model.graphs}
+    return {g: list(p) for g, p in found.items()} if all(found.values()) else None
+
+
 def check(module_file: str, graphs: dict, data_dir, simulators: dict, checks: dict, out: str, io: dict,
-          spec: str = "", diagnose: str = ""):
+          spec: str = "", hint: str = "", pieces: dict | None = None, thresholds: dict | None = None):
     """Every graph's simulator run (the backend's runner) against the CPU ONNX on the same feeds."""
     started = time.monotonic()
     for g in graphs.values():   # doit checks only that targets exist; flipped weights still load
@@ -90,8 +97,11 @@ def check(module_file: str, graphs: dict, data_dir, simulators: dict, checks: di
         failures += [f"simulator vs CPU ONNX: {f}" for f in task_failures]
     record["seconds"] = round(time.monotonic() - started, 1)
     print(record)
+    if failures and pieces:   # a small graph: find the op now (a large one: the message names the command)
+        failures += diagnose.after_failure({g: v["onnx"] for g, v in graphs.items()}, feeds, pieces, thresholds,
+                                           errors)
     if failures:
-        raise StageFailed(f"{', '.join(g['binary'] for g in graphs.values())}: " + "; ".join(failures) + diagnose)
+        raise StageFailed(f"{', '.join(g['binary'] for g in graphs.values())}: " + "; ".join(failures) + hint)
     write_json(out, record)
 
 
