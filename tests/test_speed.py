@@ -122,8 +122,10 @@ def test_a_step_that_crashes_or_leaks_does_not_touch_the_next(tmp_path, monkeypa
     assert worker.run(worker_steps.leak, {"megabytes": 200}, str(tmp_path / "leak.log"), task) is None
     assert worker.run(worker_steps.clean, {"marker": str(tmp_path / "clean")}, str(tmp_path / "clean.log"),
                       task) is None, (tmp_path / "clean.log").read_text()
-    pid, preloaded = (tmp_path / "clean").read_text().split()
+    pid, preloaded, drawn = (tmp_path / "clean").read_text().split()
     assert preloaded == "True" and int(pid) != os.getpid()   # a fork that found onnx already imported
+    assert worker.run(worker_steps.clean, {"marker": str(tmp_path / "again")}, str(tmp_path / "again.log"), task) is None
+    assert (tmp_path / "again").read_text().split()[2] != drawn   # each fork draws its own random numbers
     servers = {line for name in ("crash", "leak", "clean")
                for line in (tmp_path / f"{name}.log").read_text().splitlines() if "fork server, pid" in line}
     assert len(servers) == 1   # one server ran all three: the crash did not take it down

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import random
 import sys
 
 
@@ -21,7 +22,8 @@ def leak(megabytes: int) -> None:
 
 
 def clean(marker: str) -> None:
-    """Fails unless this process shows nothing of leak(); writes its pid and parent's pid to `marker`."""
+    """Fails unless this process shows nothing of leak(); writes to `marker` its pid, whether onnx was
+    imported before it ran, and a random number (forks must not share unseeded randomness)."""
     import onnx
     left = [what for what, there in (("onnx.LEAKED", hasattr(onnx, "LEAKED")),
                                      ("environment", "QNN_TEST_LEAK" in os.environ),
@@ -30,4 +32,4 @@ def clean(marker: str) -> None:
                                      ("memory", "_hoard" in globals())) if there]
     assert not left, f"left over from an earlier step: {left}"
     with open(marker, "w") as f:
-        f.write(f"{os.getpid()} {'onnx' in sys.modules}\n")
+        f.write(f"{os.getpid()} {'onnx' in sys.modules} {random.random()}\n")

@@ -19,6 +19,7 @@ import hashlib
 import importlib
 import json
 import os
+import random
 import select
 import signal
 import socket
@@ -166,6 +167,10 @@ def _step(request: dict, step) -> None:
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
+        sys.argv = [sys.argv[0], request["function"], request["kwargs"]]   # as the fresh worker's
+        random.seed()   # fresh entropy, as a new interpreter has: forks must not share unseeded randomness
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()
         rc = step([request["function"], request["kwargs"]])
     except SystemExit as done:
         rc = done.code if isinstance(done.code, int) else 1
