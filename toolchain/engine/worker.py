@@ -115,8 +115,8 @@ def _forked(function: str, kwargs: dict, log, env: dict) -> int:
 
 
 def ended(rc: int) -> str:
-    """'exited with 1', or for a step killed by a signal its name and meaning: 'was killed by SIGSEGV
-    (Segmentation fault: the process read memory it does not own, usually a crash in native code)'."""
+    """'exited with 1', or for a step killed by a signal its name, meaning and likely cause: 'was killed
+    by SIGSEGV (Segmentation fault: a crash in native code (...))' (a bare 'exited with -11' said nothing)."""
     if rc >= 0:
         return f"exited with {rc}"
     try:
