@@ -23,7 +23,7 @@ from pathlib import Path
 import doit
 from doit.tools import config_changed
 
-from toolchain.engine.files import MODE, sha256, sha256_memo
+from toolchain.engine.files import MODE, remember, sha256, sha256_memo
 
 ENV, VAR = "QNN_CACHE", "cache"
 FORMAT = 1   # bump when the key material or the layout changes
@@ -137,6 +137,7 @@ class Store:
             return False
         for tmp, out in staged:
             os.replace(tmp, out)
+            remember(out, files[out]["sha256"])   # verified while copying: not hashed again
         return True
 
     def save(self, key: str, material: dict, outputs: list[str]) -> None:
@@ -145,7 +146,7 @@ class Store:
         try:
             files = {}
             for out in outputs:
-                digest = sha256(out)
+                digest = sha256_memo(out)   # the outputs record reuses it
                 blob = self.blob(digest)
                 if not (blob.is_file() and sha256(blob) == digest):
                     _copy(out, blob, digest, replace=True)

@@ -44,6 +44,13 @@ def sha256_memo(path: str | Path) -> str:
     return digest
 
 
+def remember(path: str | Path, digest: str) -> None:
+    """Note a sha256 just verified while writing `path` (a cache restore), so the outputs record does not
+    read the file again; keyed by its size and mtime like every memo entry."""
+    st = os.stat(path)
+    _MEMO[os.path.abspath(path)] = (st.st_size, st.st_mtime_ns, digest)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path):
     """Yield a temp path beside `path`; rename it onto `path` only if the block succeeds."""

@@ -44,7 +44,7 @@ def record(task):
     for path in task.targets:
         st = _stat(path)
         if st and os.path.isfile(path):
-            rows.append((task.name, path, st[0], st[1], files.sha256(path)))
+            rows.append((task.name, path, st[0], st[1], files.sha256_memo(path)))   # once per build (cache, restore)
     try:
         db = _db()
         db.execute("BEGIN IMMEDIATE")
