@@ -158,3 +158,21 @@ def test_the_worker_mode_is_checked_at_load(tmp_path):
     assert rc == 3
     done = project.doit_cli("list", "workers=spawn")
     assert "workers=spawn: expected fork or fresh" in done.stdout + done.stderr
+
+
+def test_doits_md5_of_a_dependency_is_taken_once_per_run_until_it_changes(tmp_path, monkeypatch):
+    from toolchain.engine import checker
+    path = tmp_path / "libQnnHtp.so"
+    path.write_bytes(b"x" * 1000)
+    calls = []
+    real = checker.get_file_md5
+    monkeypatch.setattr(checker, "get_file_md5", lambda p: calls.append(p) or real(p))
+    monkeypatch.setattr(checker, "_MEMO", {})
+    first = checker.md5(path, os.stat(path))
+    assert checker.md5(path, os.stat(path)) == first and len(calls) == 1    # a second task: no re-read
+    path.write_bytes(b"y" * 1000)                                           # same size, new mtime
+    assert checker.md5(path, os.stat(path)) != first and len(calls) == 2
+    st = os.stat(path)
+    path.write_bytes(b"z" * 1000)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))                     # size and mtime kept
+    assert checker.md5(path, os.stat(path), fresh=True) == real(path)       # rehash=1 reads the bytes
