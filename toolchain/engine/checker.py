@@ -11,7 +11,7 @@ import os
 from doit import dependency, doit_cmd
 from doit.dependency import get_file_md5
 
-from toolchain.engine import outputs
+from toolchain.engine import files, outputs
 
 
 def rehash_asked() -> bool:
@@ -47,10 +47,4 @@ _MEMO: dict[str, tuple[int, int, str]] = {}   # path -> (size, mtime_ns, md5), t
 def md5(path, st, fresh: bool = False) -> str:
     """doit's md5 of a file, once per process while its size and mtime (ns) stay what `st` says; `fresh`
     (rehash asked: a swap that kept both) reads the bytes regardless."""
-    key = os.path.abspath(path)
-    known = _MEMO.get(key)
-    if known and known[:2] == (st.st_size, st.st_mtime_ns) and not fresh:
-        return known[2]
-    digest = get_file_md5(path)
-    _MEMO[key] = (st.st_size, st.st_mtime_ns, digest)
-    return digest
+    return files.memoized(_MEMO, path, get_file_md5, st, fresh)

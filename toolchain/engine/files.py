@@ -34,14 +34,20 @@ _MEMO: dict[str, tuple[int, int, str]] = {}   # path -> (size, mtime_ns, sha256)
 def sha256_memo(path: str | Path) -> str:
     """sha256 of a file, hashed once per process while its size and mtime stay (a warm build hashed the same
     113 MB ONNX once per chip); a file whose size or mtime changed is hashed again."""
-    st = os.stat(path)
+    return memoized(_MEMO, path, sha256)
+
+
+def memoized(memo: dict, path, digest, st=None, fresh: bool = False) -> str:
+    """digest(path), kept in `memo` while the file's size and mtime (ns) stay; `fresh` reads it regardless
+    (a swap that kept both). The one memo rule of sha256_memo and the content checker's md5."""
+    st = st or os.stat(path)
     key = os.path.abspath(path)
-    known = _MEMO.get(key)
-    if known and known[:2] == (st.st_size, st.st_mtime_ns):
+    known = memo.get(key)
+    if known and known[:2] == (st.st_size, st.st_mtime_ns) and not fresh:
         return known[2]
-    digest = sha256(path)
-    _MEMO[key] = (st.st_size, st.st_mtime_ns, digest)
-    return digest
+    value = digest(path)
+    memo[key] = (st.st_size, st.st_mtime_ns, value)
+    return value
 
 
 def remember(path: str | Path, digest: str) -> None:

@@ -79,9 +79,14 @@ _SERVERS: dict[tuple[int, str], Server] = {}
 _LOCK = threading.Lock()
 
 
+def _key(env: dict) -> tuple[int, str]:
+    """(this process, its environment): a forked doit process or a changed variable gets its own server."""
+    return os.getpid(), hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest()
+
+
 def server(env: dict) -> Server:
     """This process's server for `env` (doit's threads share it; a forked doit process starts its own)."""
-    key = (os.getpid(), hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest())
+    key = _key(env)
     with _LOCK:
         if not _SERVERS:
             atexit.register(stop_all)   # doit ends: its servers end with it (and are waited for)
@@ -104,9 +109,8 @@ def stop_all() -> None:
 
 def forget(env: dict) -> None:
     """Drop a server that failed (the step falls back to a fresh process; the next one starts a new server)."""
-    key = (os.getpid(), hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest())
     with _LOCK:
-        found = _SERVERS.pop(key, None)
+        found = _SERVERS.pop(_key(env), None)
     if found is not None:
         found.stop()
 

@@ -28,16 +28,15 @@ FLOATS = (1, 10)   # onnx.TensorProto.FLOAT, FLOAT16: the tensors compared (not 
 
 def tasks(project):
     for model, chip in project.model_chips():
-        backend = model.backend
-        pieces = {g.name: backend.piece_runner(model, g, chip) for g in model.graphs}
-        if not all(pieces.values()):
+        backend, cut = model.backend, pieces(model, chip)
+        if not cut:
             continue   # a compiler or precision that cannot compile cut pieces (the task would do nothing)
         graphs = {g.name: paths.simplified(model, g) for g in model.graphs}
         thresholds = {g.name: threshold(model, g) for g in model.graphs}
         out, log = paths.diagnosis(model, chip), paths.diagnosis(model, chip)[:-len(".json")] + ".log"
         kwargs = {"module_file": model.module_file, "graphs": graphs, "data_dir": model.data_dir,
                   "clips": list(model.verify["clips"]), "io": {g.name: io_record(g) for g in model.graphs},
-                  "pieces": {g: list(p) for g, p in pieces.items()}, "thresholds": thresholds, "out": out,
+                  "pieces": cut, "thresholds": thresholds, "out": out,
                   "spec": model.spec_file}
         yield {"name": f"{model.name}@{chip.name}",
                "doc": f"{model.name} on {chip.name}: the first op whose simulator output departs from the CPU",
@@ -47,6 +46,13 @@ def tasks(project):
                "actions": [(run, (locate, kwargs, log)), (in_process, (summary, out))],
                "uptodate": [config_changed({"thresholds": thresholds, "clips": list(model.verify["clips"]),
                                             **backend.verify_settings(model, chip, "default")})]}
+
+
+def pieces(model, chip) -> dict | None:
+    """{graph: [factory, kwargs]} compiling a cut of each graph (backend.piece_runner), or None when the
+    compiler cannot for some graph."""
+    found = {g.name: model.backend.piece_runner(model, g, chip) for g in model.graphs}
+    return {g: list(p) for g, p in found.items()} if all(found.values()) else None
 
 
 def threshold(model, graph) -> dict:
@@ -72,8 +78,12 @@ def after_failure(graphs: dict, feeds: dict, pieces: dict, thresholds: dict, err
             if len(cut_points(model)) > AUTO_OPS:
                 continue
             factory, kwargs = pieces[name]
-            result = bisect(model, feeds[name][0], lambda piece: factory(piece=piece, **kwargs), limits,
-                            os.path.join(scratch, name))
+            try:
+                result = bisect(model, feeds[name][0], lambda piece: factory(piece=piece, **kwargs), limits,
+                                os.path.join(scratch, name))
+            except Exception as err:   # the verify failure stays the message; the bisection is a bonus
+                found.append(f"{name}: not bisected ({type(err).__name__}: {str(err)[:200]})")
+                continue
             found.append(f"{name}: {_line(result)}")
     return found
 

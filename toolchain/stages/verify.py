@@ -20,7 +20,7 @@ def tasks(project, tier: str):
     for model, chip in project.model_chips():
         if tier == "full" and project.runtime_gate(model):   # its full tier is the runtime's own loop
             continue
-        backend, settings = model.backend, model.verify
+        backend, settings, cut = model.backend, model.verify, diagnose.pieces(model, chip)
         clips = () if tier == "full" else settings["clips"]
         graphs = {g.name: {"onnx": paths.simplified(model, g), "binary": paths.context_binary(model, g, chip),
                            "record": paths.compile_record(model, g, chip)} for g in model.graphs}
@@ -38,7 +38,9 @@ def tasks(project, tier: str):
                   "simulators": {g.name: list(backend.simulator(model, g, chip, tier)) for g in model.graphs},
                   "checks": checks, "out": out, "io": {g.name: io_record(g) for g in model.graphs},
                   "spec": model.spec_file,
-                  "hint": diagnose_hint(model, chip), "pieces": pieces(model, chip),
+                  # what a failure adds: the first op that departs, found now (small graphs) and on demand
+                  "hint": f"; the first op that departs: `doit diagnose:{model.name}@{chip.name}`" if cut else "",
+                  "pieces": cut,
                   "thresholds": {g.name: diagnose.threshold(model, g) for g in model.graphs}}
         what = "all clips, WER" if tier == "full" else f"clips {', '.join(clips) or '(generated inputs)'}"
         yield {"name": f"{model.name}@{chip.name}",
@@ -48,19 +50,6 @@ def tasks(project, tier: str):
                "targets": [out, log], "clean": True,
                "actions": [(run, (check, kwargs, log))],
                "uptodate": [config_changed({"checks": checks, **backend.verify_settings(model, chip, tier)})]}
-
-
-def diagnose_hint(model, chip) -> str:
-    """What a failed check suggests next: the command that finds the first op that departs."""
-    if pieces(model, chip):
-        return f"; the first op that departs: `doit diagnose:{model.name}@{chip.name}`"
-    return ""
-
-
-def pieces(model, chip) -> dict | None:
-    """How to compile a cut of each graph (backend.piece_runner), when the compiler can for every graph."""
-    found = {g.name: model.backend.piece_runner(model, g, chip) for g in model.graphs}
-    return {g: list(p) for g, p in found.items()} if all(found.values()) else None
 
 
 def check(module_file: str, graphs: dict, data_dir, simulators: dict, checks: dict, out: str, io: dict,
