@@ -3,6 +3,7 @@
 (or in its compiler's `stages`, backends/<name>/__init__.py, placed where COMPILERS stands)."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 
@@ -27,7 +28,29 @@ from toolchain.stages import (
     verify,
 )
 
-COMPILERS = tuple(stage for backend in backends.REGISTRY.values() for stage in backend.stages)
+def _compiler_stages() -> tuple:
+    """Each compiler's own stages in run order; a stage two compilers both have (the design card's `convert` and
+    `modellib`) is one doit stage whose tasks are both compilers' (task names hold the model, so they never clash)."""
+    merged: dict[str, Stage] = {}
+    for backend in backends.REGISTRY.values():
+        for stage in backend.stages:
+            known = merged.get(stage.name)
+            if known is None:
+                merged[stage.name] = stage
+                continue
+            if (known.scope, known.default) != (stage.scope, stage.default):
+                raise ValueError(f"stage {stage.name}: two compilers declare it with another scope or default")
+            merged[stage.name] = dataclasses.replace(
+                known, tasks=functools.partial(_both, known.tasks, stage.tasks), doc=f"{known.doc} | {stage.doc}",
+                threads=max(known.threads, stage.threads), memory_gb=max(known.memory_gb, stage.memory_gb))
+    return tuple(merged.values())
+
+
+def _both(first, second, project):
+    return [*first(project), *second(project)]
+
+
+COMPILERS = _compiler_stages()
 STAGES = (
     Stage("checkpoint", checkpoint.tasks, "Pinned original checkpoint -> PyTorch checkpoint, per model.", "model"),
     Stage("export", export.tasks, "Checkpoint -> static-shape ONNX, per graph.", "graph"),

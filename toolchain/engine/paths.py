@@ -114,6 +114,12 @@ def qnn_weights(model, graph) -> str:
     return f"{toolchain_graph_dir(model, graph)}/{graph.name}.bin"
 
 
+def qnn_source(model, graph) -> str:
+    """The embedded toolchain's QNN graph: the QNN Saver's C recording of the EP's HTP lowering (build/ only:
+    it carries Qualcomm's banner)."""
+    return f"{toolchain_graph_dir(model, graph)}/{graph.name}.c"
+
+
 def model_libs_dir(model, graph) -> str:
     return f"{toolchain_graph_dir(model, graph)}/model_libs"
 

@@ -70,6 +70,23 @@ def _per_call(m: dict, graph: str, digits: int) -> str:
     return "-" if t is None else f"{t:.{digits}f}"
 
 
+QNN = ("model", "graph", "QNN graph nodes", "ops by type (the EP's HTP lowering)", "tensors", "weights MB")
+
+
+def qnn_rows(manifests: list[dict]) -> list[list[str]]:
+    """What each graph became on the NPU, from the convert records (once per model: the recording is the same
+    for every chip)."""
+    rows, seen = [], set()
+    for m in manifests:
+        for graph, r in m.get("qnn_graph", {}).items():
+            if (m["model"], graph) in seen:
+                continue
+            seen.add((m["model"], graph))
+            ops = ", ".join(f"{op} {n}" for op, n in r["ops"].items())
+            rows.append([m["model"], graph, str(r["nodes"]), ops, str(r["tensors"]), f"{r['weight_bytes'] / 1e6:.1f}"])
+    return rows
+
+
 def write(manifests: list[str], out: str, runs: list[str] = ()):
     records = [read_json(p) for p in manifests]
     by_chip = {}
@@ -84,6 +101,9 @@ def write(manifests: list[str], out: str, runs: list[str] = ()):
     if costs:
         text += ("\n## Encoder/decoder cost per call\n\n"
                  + table(costs, COST))
+    graphs = qnn_rows(records)
+    if graphs:
+        text += "\n## QNN graphs (convert: what each graph became on the NPU)\n\n" + table(graphs, QNN)
     with atomic_path(out) as tmp:
         tmp.write_text(text)
     print(text)

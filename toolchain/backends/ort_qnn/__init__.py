@@ -1,11 +1,14 @@
-"""The embedded compiler: onnxruntime-qnn's HTP backend (QAIRT inside the wheel) compiles ONNX -> EPContext
-model + context binary, and its x86 HTP simulator runs them. Its stages: quantize (w8a16), compile."""
+"""The embedded compiler: onnxruntime-qnn's HTP backend (QAIRT inside the wheel) and its x86 HTP simulator. Its
+stages are the design card's middle nodes: quantize (w8a16) -> convert (QNN Saver recording of the EP's HTP
+lowering: <graph>.c + .bin, per graph) -> modellib (lib<graph>.so, per graph) -> compile (context binary +
+EPContext ONNX, per chip); oracle (on demand) proves the route's bytes equal the EP's direct compile."""
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from toolchain.backends import base
-from toolchain.backends.ort_qnn import compile, ep, quantize
+from toolchain.backends.ort_qnn import compile, convert, ep, modellib, oracle, quantize
+from toolchain.spec import SpecError
 from toolchain.engine import paths
 from toolchain.stages import Stage
 from toolchain.stages.export import io_record
@@ -20,15 +23,31 @@ class Backend(base.Backend):
     calibration_layout = "onnx"
     stages = (Stage("quantize", quantize.tasks, "Float ONNX -> w8a16 QDQ ONNX, per w8a16 graph (embedded toolchain).",
                     "graph"),
-              Stage("compile", compile.tasks, "ONNX -> HTP context binary (onnxruntime-qnn), per graph and chip; "
-                    "ort-qnn models.", "graph@chip", memory_gb=1.0))   # a Whisper compile peaks at 0.9 GB
+              Stage("convert", convert.tasks, "ONNX -> QNN graph <graph>.c + weights .bin (the EP's HTP lowering "
+                    "recorded by the QNN Saver), per graph; ort-qnn.", "graph", memory_gb=1.0),
+              Stage("modellib", modellib.tasks, "QNN graph .c -> model library lib<graph>.so (x86_64-linux, system C "
+                    "compiler), per graph; ort-qnn.", "graph"),
+              Stage("compile", compile.tasks, "Model library -> HTP context binary + EPContext ONNX (libQnnHtp.so "
+                    "with the chip's settings), per graph and chip; ort-qnn.", "graph@chip", memory_gb=1.0),
+              # a Whisper compile peaks at 0.9 GB
+              Stage("oracle", oracle.tasks, "The route's binary == the EP's direct compile, byte for byte, per graph "
+                    "and chip; ort-qnn, on demand.", "graph@chip", default=False, memory_gb=1.0))
+
+    def preflight(self, models, chips: dict) -> None:
+        """The route's model libraries need a C compiler: one line at load when there is none."""
+        routed = [m for m in models if any(ep.uses_route(g) for g in m.graphs)]
+        if routed and modellib.compiler() is None:
+            raise SpecError(f"{routed[0].spec_file}: {modellib.missing_compiler_message()}")
 
     def spec_problems(self, model) -> list[tuple[str, str]]:
         """A graph's [graphs.<g>.compile] takes `ep_options = {name = value}`, checked against the EP's own."""
         found = []
         for graph in model.graphs:
             where = f"graphs.{graph.name}.compile"
+            found += ep.route_problems(graph)
             for key, value in graph.compile.items():
+                if key == "route":
+                    continue
                 if key != "ep_options":
                     hint = " (that is a QAIRT option)" if key in ("converter_args",) else ""
                     found.append((f"{where}.{key}", f"unknown key{hint}; this compiler takes ep_options = {{...}}"))
@@ -76,3 +95,8 @@ class Backend(base.Backend):
 
     def runtime_libraries(self, chip: dict) -> dict:
         return ep.runtime_libraries(chip)
+
+    def manifest_sources(self, model, chip) -> dict:
+        """What each graph became on the NPU (QNN op counts, weight bytes), from its convert record."""
+        routed = {g.name: paths.stage_record(model, g, "convert") for g in model.graphs if ep.uses_route(g)}
+        return {"qnn_graph": routed} if routed else {}

@@ -1,11 +1,16 @@
-"""Simplified ONNX -> HTP context binary, once per (graph, chip), read back and checked."""
+"""The per-chip step: a graph's model library (modellib.py) -> HTP context binary + EPContext ONNX, once per
+(graph, chip), read back and checked. A graph that declares `route = "ep"` is compiled from its ONNX by the EP
+directly instead (one call per chip, as before the design card's route)."""
 from __future__ import annotations
 
 from doit.tools import config_changed
 
-from toolchain.backends.ort_qnn import ep
+import os
+import time
+
+from toolchain.backends.ort_qnn import context, ep, modellib
 from toolchain.engine import paths
-from toolchain.engine.files import sha256, write_json
+from toolchain.engine.files import atomic_path, read_json, sha256, write_json
 from toolchain.engine.worker import StageFailed, run
 from toolchain.qnn import qnnbin
 from toolchain.stages import parity
@@ -17,40 +22,76 @@ def tasks(project):
     tool = ep.version()
     for model, graph, chip in project.graph_chips(ep.NAME):
         options = model.backend.options(model, graph, chip)
-        src = paths.compile_source(model, graph)
         targets = [paths.context_model(model, graph, chip), paths.context_binary(model, graph, chip),
                    paths.compile_record(model, graph, chip)]
         log = paths.compile_log(model, graph, chip)
-        kwargs = {"src": src, "out": targets[0], "record": targets[2], "options": options,
+        kwargs = {"out": targets[0], "record": targets[2], "options": options,
                   "chip": chip.record(), "precision": graph.precision,
                   "io": {"inputs": [[t.name, list(t.shape), t.dtype] for t in graph.inputs],
                          "outputs": [[t.name, list(t.shape), t.dtype] for t in graph.outputs]}}
+        settings = {"options": options, "tool": tool, "chip": chip.record(), "precision": graph.precision,
+                    "io": kwargs["io"]}
+        if ep.uses_route(graph):
+            lib, weights = paths.model_lib(model, graph, modellib.TARGET), paths.qnn_weights(model, graph)
+            converted = paths.stage_record(model, graph, "convert")
+            function, inputs = build, [lib, weights, converted]
+            kwargs.update(model_lib=lib, weights=weights, converted=converted)
+            how = "from its model library"
+        else:   # the direct EP compile: the settings stay exactly as they were before the route
+            src = paths.compile_source(model, graph)
+            function, inputs = build_direct, [src, paths.inspected(model, graph)]
+            kwargs["src"] = src
+            how = "EP compile (route = \"ep\")"
         yield {"name": f"{model.name}/{graph.name}@{chip.name}",
                "doc": f"{model.name}/{graph.name} -> {chip.name} (v{chip.htp_arch}) context binary, "
-                      f"{graph.precision}, no CPU fallback",
-               "file_dep": [src, paths.inspected(model, graph), *model.backend.tool_files()],
+                      f"{graph.precision}, no CPU fallback, {how}",
+               "file_dep": [*inputs, *model.backend.tool_files()],
                "task_dep": parity.gate(model), "targets": targets + [log], "clean": True,
-               "actions": [(run, (build, kwargs, log))],
-               "uptodate": [config_changed({"options": options, "tool": tool, "chip": chip.record(),
-                                            "precision": graph.precision, "io": kwargs["io"]})]}
+               "actions": [(run, (function, kwargs, log))],
+               "uptodate": [config_changed({**settings, "route": "saver"} if ep.uses_route(graph) else settings)]}
 
 
-def build(src: str, out: str, record: str, options: dict, chip: dict, precision: str, io: dict):
-    """Compile in this (fresh) process, then prove the binary is what was asked for."""
+def build(model_lib: str, weights: str, converted: str, out: str, record: str, options: dict, chip: dict,
+          precision: str, io: dict):
+    """Compose the model library into libQnnHtp.so with the chip's settings (context.py), keep the finalized
+    context's binary, wrap it, then prove it is what was asked for."""
+    started = time.monotonic()
+    replay = context.compose(os.path.abspath(model_lib), os.path.abspath(weights), chip,
+                             context.graph_settings(options))
+    if replay.errors or replay.binary is None:
+        raise StageFailed(f"{model_lib}: no context binary for {chip['name']}: " +
+                          "; ".join(replay.errors or ["the library finalized no context"]))
+    binary = os.path.join(os.path.dirname(out), os.path.splitext(os.path.basename(out))[0] + "_qnn.bin")
+    with atomic_path(binary) as tmp:
+        tmp.write_bytes(replay.binary)
+    info = qnnbin.binary_info(binary)
+    graphs = info.get("graphs", [])
+    metadata = read_json(converted).get("onnx_metadata", {})   # the EP copies the source model's into its wrapper
+    context.write_context_model(out, os.path.basename(binary), graphs[0]["name"] if graphs else "", io, chip, metadata)
+    _check_and_record(binary, out, record, options, chip, precision, io, info,
+                      round(time.monotonic() - started, 3), {"route": "saver", "model_lib": model_lib})
+
+
+def build_direct(src: str, out: str, record: str, options: dict, chip: dict, precision: str, io: dict):
+    """Compile in this (fresh) process with the EP, then prove the binary is what was asked for."""
     result = ep.compile(src, out, options)
     binary = result["binary"]
+    _check_and_record(binary, out, record, options, chip, precision, io, qnnbin.binary_info(binary),
+                      result["seconds"], {"route": "ep"})
+
+
+def _check_and_record(binary, out, record, options, chip, precision, io, info, seconds, how):
     cpu = ep.context_ops(out)
     if cpu:
         raise StageFailed(f"{out}: nodes outside the HTP context: " +
                           ", ".join(f"{n or '<unnamed>'} ({op})" for n, op in cpu))
     config = qnnbin.config_fields(binary)
-    info = qnnbin.binary_info(binary)
     problems = readback_problems(config, info, chip, precision, io)
     if problems:
         raise StageFailed(f"{binary}: the binary is not what was asked for: " + "; ".join(problems))
-    write_json(record, {"binary": binary, "sha256": sha256(binary), "bytes": _size(binary),
-                        "context_model": out, "context_model_sha256": sha256(out), "seconds": result["seconds"], "options": options,
-                        "config": config, "info": info, "tool": ep.version()})
+    write_json(record, {"binary": binary, "sha256": sha256(binary), "bytes": os.path.getsize(binary),
+                        "context_model": out, "context_model_sha256": sha256(out), "seconds": seconds,
+                        "options": options, **how, "config": config, "info": info, "tool": ep.version()})
 
 
 def readback_problems(config: dict, info: dict, chip: dict, precision: str, io: dict) -> list[str]:
@@ -89,8 +130,3 @@ def io_problems(kind: str, got: list, want: list) -> list[str]:
     if not found and [t[0] for t in got] != [t[0] for t in want]:
         found.append(f"{kind} order {[t[0] for t in got]}, declared {[t[0] for t in want]}")
     return found
-
-
-def _size(path: str) -> int:
-    import os
-    return os.path.getsize(path)

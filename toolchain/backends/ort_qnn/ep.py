@@ -63,6 +63,36 @@ MANAGED = {"soc_model": "the chip table (toolchain/spec/chips.toml)", "htp_arch"
            "profiling_level": "the build", "profiling_file_path": "the build"}
 
 
+# How the design card's route (convert -> modellib -> compile: QNN Saver recording, model library, per-chip
+# replay) reproduces each option, checked by the oracle (byte-identical binaries): "lowering" = the EP's lowering
+# changes and the recording holds it; "replayed" = a graph config the Saver drops and context.py puts back;
+# "runtime" = not part of a compile. An option not listed here cannot take the route: its graph declares
+# `route = "ep"` (the direct EP compile), and the build says so at load.
+ROUTE = {"enable_htp_fp16_precision": "replayed", "enable_htp_monolithic_lstm": "lowering+replayed",
+         "offload_graph_io_quantization": "lowering", "htp_performance_mode": "runtime",
+         "qnn_context_priority": "lowering"}
+ROUTES = ("saver", "ep")   # [graphs.<g>.compile] route: the design card's route (default) or the direct EP compile
+
+
+def uses_route(graph) -> bool:
+    """Whether a graph is built through convert -> modellib -> compile (else one direct EP compile per chip)."""
+    return graph.compile.get("route", "saver") == "saver"
+
+
+def route_problems(graph) -> list[tuple[str, str]]:
+    """(field, reason) for a graph whose declared options the route cannot reproduce."""
+    where = f"graphs.{graph.name}.compile"
+    route = graph.compile.get("route", "saver")
+    if route not in ROUTES:
+        return [(f"{where}.route", f"{route!r}: expected one of {', '.join(map(repr, ROUTES))}")]
+    if route != "saver":
+        return []
+    return [(f"{where}.ep_options.{name}", "the QNN Saver route cannot reproduce this option (the recording drops "
+             "it and the build does not know how to put it back); declare route = \"ep\" in "
+             f"[graphs.{graph.name}.compile] to compile this graph directly with the EP")
+            for name in graph.compile.get("ep_options", {}) if name in EP_OPTIONS and name not in ROUTE]
+
+
 def option_strings(declared) -> dict:
     """Declared option values as the EP takes them (true/1 -> "1"); checked first by option_problems()."""
     def text(value):
@@ -127,6 +157,24 @@ def compile(src: str, out_model: str, options: dict) -> dict:
         if not binary.exists():
             raise StageFailed(f"{src}: the EP wrote no context binary {binary.name}")
     return {"seconds": round(time.monotonic() - started, 3), "binary": str(out.with_name(binary.name))}
+
+
+def lower(src: str, options: dict) -> None:
+    """Create (and drop) an EP session on `src` with CPU fallback disabled and no context output: with
+    `qnn_saver_path` in `options` the QNN Saver records the EP's HTP lowering in ./saver_output/ (convert.py)."""
+    config = {"session.disable_cpu_ep_fallback": "1"}
+    if _has_external_data(src):
+        config["session.model_external_initializers_file_folder_path"] = str(Path(src).resolve().parent)
+    try:
+        _session(Path(src).read_bytes(), options, config)
+    except Exception as err:  # the EP reports unsupported nodes only as an exception
+        plain = {k: v for k, v in options.items() if k != "qnn_saver_path"}
+        cpu = cpu_nodes(src, plain)
+        if cpu:
+            listed = ", ".join(f"{name or '<unnamed>'} ({op})" for name, op in cpu)
+            raise StageFailed(f"{src}: {len(cpu)} node(s) would run on the CPU, not the HTP: {listed}; "
+                              f"fix them in the export (replace or rewrite these ops)") from None
+        raise StageFailed(f"{src}: lowering for the HTP failed: {str(err).strip().splitlines()[-1]}") from None
 
 
 def _has_external_data(src: str) -> bool:
@@ -196,6 +244,11 @@ def library_dir() -> str:
 # The libraries that compile and simulate: their bytes are part of the tool's identity (a task depends on
 # them as files), so the same package version with other libraries still rebuilds.
 LIBRARIES = ("libQnnHtp.so", "libHtpPrepare.so", "libQnnSystem.so", "libonnxruntime_providers_qnn.so")
+SAVER = "libQnnSaver.so"   # the QNN Saver backend: records the QNN API calls of a session as a C program
+
+
+def saver_library() -> str:
+    return str(Path(metadata.distribution("onnxruntime-qnn").locate_file("onnxruntime_qnn")) / SAVER)
 
 
 @functools.cache

@@ -1,0 +1,219 @@
+"""Model library -> HTP context binary for one chip: the design card's per-chip step on the embedded toolchain.
+
+The model library (modellib.py) composes the graph the QNN Saver recorded (convert.py) through a QNN interface
+table handed to it. This module hands it the wheel's libQnnHtp.so table with three calls wrapped:
+- deviceCreate gets the chip's device configs (SoC id, HTP arch), and graphCreate the graph configs
+  (optimization level, VTCM, fp16 precision), in the order and under the conditions the onnxruntime QNN EP sets
+  them: the Saver records these calls with empty config lists (docs/design-card.md), so they are put back here;
+- contextFree first asks the finalized context for its binary (contextGetBinarySize / contextGetBinary).
+Given the same options, the bytes equal the EP's own compile (the oracle, oracle.py)."""
+from __future__ import annotations
+
+import ctypes as C
+
+from toolchain.qnn.qnnbin import _Err, _htp_lib
+from toolchain.qnn.qnnrun import _FNS, _Interface
+
+_P = C.c_void_p
+# Option numbers of the documented QNN HTP API (QnnDevice/QnnGraph config options, HTP custom configs).
+CONFIG_OPTION_CUSTOM = 0
+HTP_DEVICE_SOC, HTP_DEVICE_ARCH = 0, 1
+HTP_GRAPH_OPTIMIZATION, HTP_GRAPH_PRECISION, HTP_GRAPH_VTCM_MB = 1, 2, 3
+HTP_OPTIMIZATION_FINALIZE_FLAG = 3
+PRECISION_FLOAT16 = 1
+
+
+class _Config(C.Structure):
+    # Qnn{Device,Graph}_Config_t: an option, then a union holding a pointer (offset 8)
+    _fields_ = [("option", C.c_uint32), ("custom", _P)]
+
+
+class _Pair(C.Structure):
+    _fields_ = [("a", C.c_uint32), ("b", C.c_uint32)]
+
+
+class _Custom(C.Structure):
+    # QnnHtp{Device,Graph}_CustomConfig_t: an option, then the union at offset 8 (it may hold a pointer)
+    _fields_ = [("option", C.c_uint32), ("_align", C.c_uint32), ("value", _Pair), ("_rest", C.c_uint64)]
+
+
+def _custom(option: int, first: int, second: int = 0) -> _Custom:
+    c = _Custom()
+    c.option, c.value.a, c.value.b = option, first, second
+    return c
+
+
+def _optimization(level: float) -> _Custom:
+    c = _Custom()
+    c.option = HTP_GRAPH_OPTIMIZATION
+    c.value.a = HTP_OPTIMIZATION_FINALIZE_FLAG
+    c.value.b = C.c_uint32.from_buffer_copy(C.c_float(level)).value   # {type; float value}
+    return c
+
+
+class ConfigList:
+    """A NULL-terminated `const Qnn*_Config_t**` of CUSTOM configs, kept alive with its parts."""
+
+    def __init__(self, customs: list[_Custom]):
+        self.customs = customs
+        self.configs = [_Config(CONFIG_OPTION_CUSTOM, C.cast(C.pointer(c), _P)) for c in customs]
+        self.array = (C.POINTER(_Config) * (len(self.configs) + 1))(*[C.pointer(c) for c in self.configs], None)
+
+    @property
+    def pointer(self):
+        return C.cast(self.array, _P)
+
+
+def device_configs(chip: dict) -> ConfigList:
+    """SoC id and HTP arch (device 0), as the EP sets them."""
+    return ConfigList([_custom(HTP_DEVICE_SOC, chip["soc_model"]), _custom(HTP_DEVICE_ARCH, 0, chip["htp_arch"])])
+
+
+# The monolithic-LSTM graph option has no number in any documentation at hand; 17 is the one whose replay gives
+# the EP's own bytes for the seeded LSTM (and sets monolithic_lstm_flag in the binary's config string), found by
+# trying the numbers after the documented ones; the oracle test holds it (tests/test_design_card.py).
+HTP_GRAPH_MONOLITHIC_LSTM = 17
+
+
+def graph_settings(options: dict) -> dict:
+    """The finalization settings of a graph, from the EP options it is compiled with (ep.provider_options)."""
+    return {"optimization": int(options.get("htp_graph_finalization_optimization_mode", "0")),
+            "vtcm_mb": int(options.get("vtcm_mb", "0")),
+            "fp16": options.get("enable_htp_fp16_precision", "1") == "1",
+            "monolithic_lstm": options.get("enable_htp_monolithic_lstm", "0") == "1"}
+
+
+def graph_configs(settings: dict) -> ConfigList:
+    """The EP's order and conditions: optimization when a level is set, VTCM when above 0, fp16 precision
+    unless disabled, monolithic LSTM when enabled (`settings`: graph_settings())."""
+    found = []
+    if settings.get("optimization"):
+        found.append(_optimization(float(settings["optimization"])))
+    if settings.get("vtcm_mb", 0) > 0:
+        found.append(_custom(HTP_GRAPH_VTCM_MB, settings["vtcm_mb"]))
+    if settings.get("fp16", True):
+        found.append(_custom(HTP_GRAPH_PRECISION, PRECISION_FLOAT16))
+    if settings.get("monolithic_lstm"):
+        found.append(_custom(HTP_GRAPH_MONOLITHIC_LSTM, 1))
+    return ConfigList(found)
+
+
+_PROVIDERS = C.CFUNCTYPE(_Err, C.POINTER(C.POINTER(C.POINTER(_Interface))), C.POINTER(C.c_uint32))
+_DEVICE_CREATE = C.CFUNCTYPE(_Err, _P, _P, C.POINTER(_P))
+_GRAPH_CREATE = C.CFUNCTYPE(_Err, _P, C.c_char_p, _P, C.POINTER(_P))
+_CONTEXT_FREE = C.CFUNCTYPE(_Err, _P, _P)
+_GET_SIZE = C.CFUNCTYPE(_Err, _P, C.POINTER(C.c_uint64))
+_GET_BINARY = C.CFUNCTYPE(_Err, _P, _P, C.c_uint64, C.POINTER(C.c_uint64))
+
+
+class Replay:
+    """The interface table a model library composes into: libQnnHtp.so's, with the chip's settings put back and
+    the finalized context's binary kept (`binary`, `graph_names`)."""
+
+    def __init__(self, chip: dict, settings: dict, lib_dir: str | None = None):
+        provs, n = C.POINTER(C.POINTER(_Interface))(), C.c_uint32()
+        lib = _htp_lib(lib_dir)
+        lib.QnnInterface_getProviders.restype = _Err
+        rc = lib.QnnInterface_getProviders(C.byref(provs), C.byref(n))
+        if rc & 0xFFFF or n.value == 0:
+            raise RuntimeError(f"QnnInterface_getProviders failed (error {rc & 0xFFFF})")
+        real = provs[0].contents
+        self.table = _Interface()
+        C.pointer(self.table)[0] = real
+        self._device_configs, self._graph_configs = device_configs(chip), graph_configs(settings)
+        self.binary: bytes | None = None
+        self.graph_names: list[str] = []
+        self.errors: list[str] = []
+        real_device, real_graph = _DEVICE_CREATE(real.deviceCreate), _GRAPH_CREATE(real.graphCreate)
+        real_free = _CONTEXT_FREE(real.contextFree)
+        get_size, get_binary = _GET_SIZE(real.contextGetBinarySize), _GET_BINARY(real.contextGetBinary)
+
+        def device_create(log, _configs, device):
+            return real_device(log, self._device_configs.pointer, device)
+
+        def graph_create(context, name, _configs, graph):
+            self.graph_names.append(name.decode())
+            return real_graph(context, name, self._graph_configs.pointer, graph)
+
+        def context_free(context, profile):
+            size = C.c_uint64()
+            rc = get_size(context, C.byref(size))
+            if rc & 0xFFFF:
+                self.errors.append(f"contextGetBinarySize: QNN error {rc & 0xFFFF}")
+            else:
+                buf, written = C.create_string_buffer(size.value), C.c_uint64()
+                rc = get_binary(context, C.cast(buf, _P), size.value, C.byref(written))
+                if rc & 0xFFFF:
+                    self.errors.append(f"contextGetBinary: QNN error {rc & 0xFFFF}")
+                else:
+                    self.binary = buf.raw[:written.value]
+            return real_free(context, profile)
+
+        self._callbacks = [_DEVICE_CREATE(device_create), _GRAPH_CREATE(graph_create), _CONTEXT_FREE(context_free)]
+        for name, fn in zip(("deviceCreate", "graphCreate", "contextFree"), self._callbacks):
+            setattr(self.table, name, C.cast(fn, _P))
+        self._list = (C.POINTER(_Interface) * 1)(C.pointer(self.table))
+
+        def providers(out, count):
+            out[0] = C.cast(self._list, C.POINTER(C.POINTER(_Interface)))
+            count[0] = 1
+            return 0
+
+        self.providers = _PROVIDERS(providers)
+
+
+def compose(model_lib: str, weights: str, chip: dict, settings: dict) -> Replay:
+    """Run the model library's recorded graph into libQnnHtp.so for `chip`; the replay holds the binary."""
+    lib = C.CDLL(model_lib)
+    lib.qnc_compose.restype = C.c_int
+    lib.qnc_compose.argtypes = [C.c_char_p, _PROVIDERS]
+    replay = Replay(chip, settings)
+    status = lib.qnc_compose(weights.encode(), replay.providers)
+    if status:
+        replay.errors.append(f"the recorded graph failed with QNN error {status & 0xFFFF}")
+    return replay
+
+
+assert len(_FNS) == 48   # the documented prefix of the function table (qnnrun.py), as csrc/include declares it
+
+
+# EPContext wrapper: what the EP writes beside its binaries, as measured on its own outputs (onnxruntime-qnn 2.7.0):
+# one com.microsoft EPContext node named after the QNN graph, the binary by file name, and the EP's compatibility
+# string "v2:<backend id>:<QAIRT>:<HTP API>:<arch>:<soc id>:<VTCM MB>:0" (the last field 0 in every compile
+# measured). The oracle compares this wrapper's node and metadata with the EP's (oracle.py).
+_ONNX_DTYPES = {"float32": 1, "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "int32": 6, "int64": 7,
+                "bool": 9, "float16": 10}
+WRAPPER_OPSET, WRAPPER_IR = 17, 10   # any the EP loads: the node is com.microsoft EPContext v1
+
+
+def compatibility(chip: dict, htp: dict, qairt: str) -> str:
+    return f"v2:{htp['backendId']}:{qairt}:{htp['htpApi']}:{chip['htp_arch']}:{chip['soc_model']}:{chip['vtcm_mb']}:0"
+
+
+def write_context_model(out: str, binary_name: str, graph_name: str, io: dict, chip: dict, metadata: dict) -> None:
+    """The EPContext ONNX onnxruntime users load (verify runs it), pointing at `binary_name` beside it; `metadata`:
+    the source model's metadata_props, which the EP carries over."""
+    import onnx
+    from onnx import helper
+
+    from toolchain.engine.files import atomic_path
+    from toolchain.qnn import qnnbin
+
+    htp = qnnbin.htp_build_id()
+    import onnxruntime_qnn.build_and_package_info as info
+
+    def values(kind):
+        return [helper.make_tensor_value_info(name, _ONNX_DTYPES[dtype], shape) for name, shape, dtype in io[kind]]
+
+    node = helper.make_node("EPContext", [t[0] for t in io["inputs"]], [t[0] for t in io["outputs"]],
+                            name=graph_name, domain="com.microsoft", main_context=1, ep_cache_context=binary_name,
+                            is_multi_soc_ep_context=0, max_size=0, ep_sdk_version=htp["buildId"], embed_mode=0,
+                            source="QNNExecutionProvider", partition_name=graph_name)
+    node.doc_string = "EPContext node for QNNExecutionProvider"
+    model = helper.make_model(helper.make_graph([node], "main_graph", values("inputs"), values("outputs")),
+                              opset_imports=[helper.make_opsetid("", WRAPPER_OPSET),
+                                             helper.make_opsetid("com.microsoft", 1)], ir_version=WRAPPER_IR)
+    helper.set_model_props(model, {"ep_compatibility_info.QNNExecutionProvider": compatibility(chip, htp, info.qnn_version),
+                                   **metadata, "external_dependencies": "ep_context_binary"})
+    with atomic_path(out) as tmp:
+        onnx.save(model, str(tmp))

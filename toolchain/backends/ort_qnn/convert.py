@@ -1,0 +1,111 @@
+"""ONNX -> QNN graph (the design card's .cpp/.bin node), once per graph: the onnxruntime QNN EP lowers the graph for
+the HTP and the wheel's QNN Saver records every QNN API call it makes as a C program (`<graph>.c`) plus its weights
+(`<graph>.bin`). The Saver always writes ./saver_output/ in the working folder, so the session is made in a fresh
+temp folder of its own, in the step's own process; no context is requested and nothing runs.
+
+Chip-independent by measurement, not assumption: every shipped graph recorded with each default chip's options
+(and SM8350's) gave the same bytes (docs/design-card.md, bench/design_card.py); the Saver drops the chip's
+settings anyway (they are put back per chip: context.py). So a graph is recorded once, with its model's first
+chip's options, and the chip is not part of this stage's settings (adding a chip converts nothing)."""
+from __future__ import annotations
+
+import collections
+import os
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from doit.tools import config_changed
+
+from toolchain.backends.ort_qnn import ep
+from toolchain.engine import paths
+from toolchain.engine.files import atomic_path, write_json
+from toolchain.engine.worker import StageFailed, run
+from toolchain.stages import parity
+
+SAVER_DIR = "saver_output"   # where the Saver writes, relative to the working folder (no option moves it)
+
+
+def tasks(project):
+    tool = ep.version()
+    for model in project.models_of(ep.NAME):
+        for graph in model.graphs:
+            if not ep.uses_route(graph):
+                continue
+            src, targets = paths.compile_source(model, graph), outputs(model, graph)
+            options = lowering_options(project.chips[model.chips[0]], model, graph)
+            kwargs = {"src": src, "source_c": targets[0], "weights": targets[1], "record": targets[2],
+                      "options": options}
+            yield {"name": f"{model.name}/{graph.name}",
+                   "doc": f"{model.name}/{graph.name}: QNN Saver recording of the EP's HTP lowering -> "
+                          f"{graph.name}.c + {graph.name}.bin ({graph.precision})",
+                   "file_dep": [src, paths.inspected(model, graph), *ep.library_files(), ep.saver_library()],
+                   "task_dep": parity.gate(model), "targets": targets + [paths.stage_log(model, graph, "convert")],
+                   "clean": True, "actions": [(run, (record, kwargs, paths.stage_log(model, graph, "convert")))],
+                   "uptodate": [config_changed({"graph_options": ep.option_strings(graph.compile.get("ep_options", {})),
+                                                "precision": graph.precision, "tool": tool})]}
+
+
+def outputs(model, graph) -> list[str]:
+    return [paths.qnn_source(model, graph), paths.qnn_weights(model, graph), paths.stage_record(model, graph, "convert")]
+
+
+def lowering_options(chip, model, graph) -> dict:
+    """The EP options the recording session gets: those of the model's first chip (the chip changes no byte of
+    the recording, measured) plus the graph's own, and the Saver."""
+    return {**model.backend.options(model, graph, chip), "qnn_saver_path": ep.saver_library()}
+
+
+def record(src: str, source_c: str, weights: str, record: str, options: dict):
+    """Record the lowering in a fresh temp folder (absolute paths: the step then changes its working folder)."""
+    src, source_c, weights, record = (os.path.abspath(p) for p in (src, source_c, weights, record))
+    started = time.monotonic()
+    scratch = tempfile.mkdtemp(prefix=".convert.", dir=os.path.dirname(source_c))
+    here = os.getcwd()
+    try:
+        os.chdir(scratch)
+        ep.lower(src, options)   # raises StageFailed naming the nodes the HTP cannot take
+        os.chdir(here)
+        made = Path(scratch, SAVER_DIR)
+        if not (made / "saver_output.c").is_file() or not (made / "params.bin").is_file():
+            raise StageFailed(f"{src}: the QNN Saver wrote no {SAVER_DIR}/saver_output.c + params.bin")
+        for name, target in (("saver_output.c", source_c), ("params.bin", weights)):
+            with atomic_path(target) as tmp:
+                os.replace(made / name, tmp)
+    finally:
+        os.chdir(here)
+        shutil.rmtree(scratch, ignore_errors=True)
+    summary = graph_summary(source_c)
+    if summary["graphs"] != 1:
+        raise StageFailed(f"{source_c}: {summary['graphs']} QNN graphs recorded, expected 1 (a split graph)")
+    import onnx
+    metadata = {p.key: p.value for p in onnx.load(src, load_external_data=False).metadata_props}
+    write_json(record, {**summary, "weights_file_bytes": os.path.getsize(weights), "onnx_metadata": metadata,
+                        "seconds": round(time.monotonic() - started, 3), "tool": ep.version(),
+                        "recorded_with": {k: v for k, v in options.items() if k != "qnn_saver_path"}})
+
+
+_GRAPH = re.compile(r'interface\.graphCreate\(\w+, "([^"]+)"')
+_OP = re.compile(r'Qnn_OpConfigV1_t \w+ = \{"[^"]*", "([^"]+)", "([^"]+)"')
+_TENSOR = re.compile(r"interface\.tensorCreateGraphTensor\(")
+_BUFFER = re.compile(r"_clientBuf = \{\(void\*\)\w+, (\d+)\};")
+_CREATED_STATIC = re.compile(r"_v1 = \{0, .*\(Qnn_TensorType_t\)4,")   # id 0: a tensor being created; type 4: static
+
+
+def graph_summary(source_c: str) -> dict:
+    """What the EP made of the graph, read from the recording: QNN graph name, op types with counts, tensors,
+    static (weight) bytes."""
+    text = Path(source_c).read_text()
+    names, weight_bytes, size = _GRAPH.findall(text), 0, 0
+    for line in text.splitlines():
+        found = _BUFFER.search(line)
+        if found:
+            size = int(found.group(1))
+        elif _CREATED_STATIC.search(line):
+            weight_bytes += size
+    ops = collections.Counter(f"{package}:{op}" if package != "qti.aisw" else op for package, op in _OP.findall(text))
+    return {"graphs": len(names), "qnn_graph": names[0] if names else None, "nodes": sum(ops.values()),
+            "ops": dict(sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))),
+            "tensors": len(_TENSOR.findall(text)), "weight_bytes": weight_bytes}

@@ -1,0 +1,67 @@
+"""QNN graph recording (<graph>.c) -> model library lib<graph>.so for x86_64-linux, once per graph, with the
+system's C compiler against the project's own declarations (csrc/include; no Qualcomm header). The library reads
+its weights from the file the caller passes (csrc/model_lib.c), not from the working folder. The compiler's
+identity and its command line are this stage's settings (Ninja's rule): another gcc or other flags rebuild.
+aarch64-android libraries would need an NDK, which does not install here: not built (docs/design-card.md)."""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from doit.tools import config_changed
+
+from toolchain.backends.ort_qnn import ep
+from toolchain.engine import external, paths
+
+TARGET = "x86_64-linux"
+CSRC = Path(__file__).with_name("csrc")
+WRAPPER = CSRC / "model_lib.c"
+# -O0: the recording is straight-line code run once per compile; -O1 took 4.7x longer to build it (saver-route.md)
+FLAGS = ("-shared", "-fPIC", "-O0", "-w", "-fvisibility=hidden")
+
+
+def compiler() -> str | None:
+    """$CC, else cc or gcc on PATH."""
+    named = os.environ.get("CC")
+    return shutil.which(named) if named else (shutil.which("cc") or shutil.which("gcc"))
+
+
+@functools.cache
+def compiler_identity(path: str) -> str:
+    """First line of `<cc> --version` (e.g. 'gcc (Debian 12.2.0-14+deb12u1) 12.2.0')."""
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False).stdout
+    return (out.splitlines() or ["unknown"])[0].strip()
+
+
+def missing_compiler_message() -> str:
+    return ("no C compiler found ($CC, cc or gcc): the embedded toolchain builds each graph's model library with "
+            "it; install one (Debian/Ubuntu: apt-get install gcc) or set CC")
+
+
+def argv(cc: str, source_c: str, out: str) -> list[str]:
+    """The command line; the recording is included by file name from its own folder (-iquote), so no absolute
+    path of this checkout enters the command or the library."""
+    return [cc, *FLAGS, f"-I{os.path.relpath(CSRC / 'include')}", f"-iquote{os.path.dirname(source_c)}",
+            f"-DQNC_GRAPH_SOURCE=\"{os.path.basename(source_c)}\"", os.path.relpath(WRAPPER), "-o", out]
+
+
+def tasks(project):
+    cc = compiler()
+    for model in project.models_of(ep.NAME):
+        for graph in model.graphs:
+            if not ep.uses_route(graph):
+                continue
+            source_c, lib = paths.qnn_source(model, graph), paths.model_lib(model, graph, TARGET)
+            log, record = paths.stage_log(model, graph, "modellib"), paths.stage_record(model, graph, "modellib")
+            command = argv(cc or "cc", source_c, lib)
+            identity = compiler_identity(cc) if cc else None
+            yield {"name": f"{model.name}/{graph.name}",
+                   "doc": f"{model.name}/{graph.name}: {graph.name}.c -> lib{graph.name}.so ({TARGET}, "
+                          f"{identity or 'no C compiler'})",
+                   "file_dep": [source_c, str(WRAPPER), str(CSRC / "include" / "QnnInterface.h")],
+                   "targets": [lib, record, log], "clean": True,
+                   "actions": [(external.action, (command, {}, log, [lib], record))],
+                   "uptodate": [config_changed({"argv": command, "compiler": identity, "target": TARGET})]}
