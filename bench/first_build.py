@@ -2,7 +2,7 @@
 test): in a fresh clone of this checkout's HEAD, `doit` with the defaults (parallel, steps forked from
 the fork server). Reports the wall time with the load average before it, the seconds every step's own
 process took (`# exit N after S s` in the step logs), and the seconds inside the tools, from the
-records: export (torch.onnx.export), onnxsim, compile (the EP), verify (simulator and CPU reference),
+records: export (torch.onnx.export), onnxsim, convert (QNN Saver), modellib (gcc), compile (per chip), verify (simulator and CPU reference),
 and, from their steps' times (forks: no imports), parity (PyTorch and CPU) and the sherpa-onnx loop. Writes <out>/first-build.json.
 
     python bench/first_build.py [--out bench/results]"""
@@ -49,6 +49,8 @@ def main() -> int:
         steps = sum(float(s) for text in logs for s in EXIT.findall(text))
         tools = {"export": records(build, "*/*/export.json"),
                  "onnxsim": sum(float(s) for text in logs for s in ONNXSIM.findall(text)),
+                 "convert": records(build, "*/*/*/*.convert.json"),     # the design card's route (issue 20)
+                 "modellib": records(build, "*/*/*/*.modellib.json"),
                  "compile": records(build, "*/*/*/*.compile.json"),
                  "parity": sum(float(s) for p in build.glob("*/parity.log") for s in EXIT.findall(p.read_text())),
                  "verify": records(build, "*/*/*/verify.json"),

@@ -181,7 +181,7 @@ def test_a_differing_binary_is_named_by_the_oracle(routed):
     options = json.loads((routed.root / "build/tiny/ort-qnn/SM8750/net.compile.json").read_text())["options"]
     try:
         with pytest.raises(StageFailed, match=r"tiny/net@SM8750: the route's binary differs from the EP's direct "
-                                              r"compile \(md5 \w+ != \w+\); declare route = \"ep\""):
+                                              r"compile \(md5 \w+ != \w+, which the EP reproduces\); declare route = \"ep\""):
             stage.check(str(routed.root / "build/tiny/net/net.onnx"), str(ctx), str(binary), options,
                         str(routed.root / "build/oracle-test.json"), "tiny/net@SM8750")
     finally:

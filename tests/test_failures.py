@@ -43,7 +43,7 @@ def handmade(project, nodes, in_type="FLOAT", in_shape="[1, 4, 4]", out_shape="[
     (models / "bad.toml").write_text(textwrap.dedent(SPEC.format(sha=sha, out_shape=out_shape)))
 
 
-def test_an_op_that_would_fall_back_to_the_cpu_fails_compile_naming_it(project):
+def test_an_op_that_would_fall_back_to_the_cpu_fails_convert_naming_it(project):
     handmade(project, '[h.make_node("Constant", [], ["axes"], value=h.make_tensor("a", T.INT64, [1], [1])),'
                       ' h.make_node("Relu", ["x"], ["r"], name="relu"), h.make_node("Det", ["r"], ["d"], name="det"),'
                       ' h.make_node("Unsqueeze", ["d", "axes"], ["y"], name="unsq")]', out_shape="[1, 1]")
@@ -51,8 +51,10 @@ def test_an_op_that_would_fall_back_to_the_cpu_fails_compile_naming_it(project):
     assert rc == 1, text
     assert "inspect:bad/net" in executed
     assert "build/bad/net/net.onnx: 1 node(s) would run on the CPU, not the HTP: det (Det)" in text
+    assert "convert:bad/net" in executed and "modellib:bad/net" not in executed   # the lowering found it
     assert not (project.root / "build/bad/ort-qnn/SM8750/net_qnn.bin").exists()
-    assert (project.root / "build/bad/ort-qnn/SM8750/net.compile.log").exists()   # kept for reading
+    assert not (project.root / "build/bad/ort-qnn/net/net.c").exists()
+    assert (project.root / "build/bad/ort-qnn/net/net.convert.log").exists()   # kept for reading
 
 
 def test_a_dynamic_shape_in_the_onnx_fails_inspect_naming_the_tensor(project):

@@ -48,7 +48,7 @@ def test_changing_the_calibration_count_rebuilds_calibrate_to_verify_only(quanti
     quantized.edit("models/tiny.toml", "calibration = 8", "calibration = 12")
     rc, executed, _ = quantized.run()
     assert rc == 0
-    assert {t.split(":")[0] for t in executed} == {"calibrate", "quantize", "compile", "verify", "manifest",
+    assert {t.split(":")[0] for t in executed} == {"calibrate", "quantize", "convert", "modellib", "compile", "verify", "manifest",
                                                    "report"}
     lines = (quantized.root / "build/tiny/net/calibration/input_list.txt").read_text().splitlines()
     assert len(lines) == 12

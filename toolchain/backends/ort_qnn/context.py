@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ctypes as C
 
+from toolchain.engine.files import atomic_path
+from toolchain.qnn import qnnbin
 from toolchain.qnn.qnnbin import _Err, _htp_lib
 from toolchain.qnn.qnnrun import _FNS, _Interface
 
@@ -193,14 +195,11 @@ def compatibility(chip: dict, htp: dict, qairt: str) -> str:
 def write_context_model(out: str, binary_name: str, graph_name: str, io: dict, chip: dict, metadata: dict) -> None:
     """The EPContext ONNX onnxruntime users load (verify runs it), pointing at `binary_name` beside it; `metadata`:
     the source model's metadata_props, which the EP carries over."""
-    import onnx
+    import onnx   # heavy: only in the compile step's process
+    import onnxruntime_qnn.build_and_package_info as info
     from onnx import helper
 
-    from toolchain.engine.files import atomic_path
-    from toolchain.qnn import qnnbin
-
     htp = qnnbin.htp_build_id()
-    import onnxruntime_qnn.build_and_package_info as info
 
     def values(kind):
         return [helper.make_tensor_value_info(name, _ONNX_DTYPES[dtype], shape) for name, shape, dtype in io[kind]]

@@ -21,7 +21,7 @@ from doit.tools import config_changed
 
 from toolchain.backends.ort_qnn import ep
 from toolchain.engine import paths
-from toolchain.engine.files import atomic_path, write_json
+from toolchain.engine.files import atomic_path, read_json, write_json
 from toolchain.engine.worker import StageFailed, run
 from toolchain.stages import parity
 
@@ -40,12 +40,24 @@ def tasks(project):
                       "options": options}
             yield {"name": f"{model.name}/{graph.name}",
                    "doc": f"{model.name}/{graph.name}: QNN Saver recording of the EP's HTP lowering -> "
-                          f"{graph.name}.c + {graph.name}.bin ({graph.precision})",
+                          f"{graph.name}.c + {graph.name}.bin ({graph.precision}){last_summary(targets[2])}",
                    "file_dep": [src, paths.inspected(model, graph), *ep.library_files(), ep.saver_library()],
                    "task_dep": parity.gate(model), "targets": targets + [paths.stage_log(model, graph, "convert")],
                    "clean": True, "actions": [(run, (record, kwargs, paths.stage_log(model, graph, "convert")))],
                    "uptodate": [config_changed({"graph_options": ep.option_strings(graph.compile.get("ep_options", {})),
                                                 "precision": graph.precision, "tool": tool})]}
+
+
+def last_summary(record: str) -> str:
+    """What the last recording held, for `doit list` / `doit info`: '; last: 248 QNN nodes (Reshape 67, ...)'."""
+    if not os.path.isfile(record):
+        return ""
+    try:
+        r = read_json(record)
+        ops = ", ".join(f"{op} {n}" for op, n in list(r["ops"].items())[:4])
+        return f"; last: {r['nodes']} QNN nodes ({ops}, ...), {r['weight_bytes'] / 1e6:.1f} MB weights"
+    except (OSError, ValueError, KeyError):
+        return ""   # a damaged record is the outputs check's business, not the listing's
 
 
 def outputs(model, graph) -> list[str]:

@@ -61,7 +61,8 @@ def tasks(project):
             yield {"name": f"{model.name}/{graph.name}",
                    "doc": f"{model.name}/{graph.name}: {graph.name}.c -> lib{graph.name}.so ({TARGET}, "
                           f"{identity or 'no C compiler'})",
-                   "file_dep": [source_c, str(WRAPPER), str(CSRC / "include" / "QnnInterface.h")],
+                   # relative, as the command names them: the artifact cache keys on the paths a task names
+                   "file_dep": [source_c, os.path.relpath(WRAPPER), os.path.relpath(CSRC / "include" / "QnnInterface.h")],
                    "targets": [lib, record, log], "clean": True,
                    "actions": [(external.action, (command, {}, log, [lib], record))],
                    "uptodate": [config_changed({"argv": command, "compiler": identity, "target": TARGET})]}
