@@ -18,7 +18,8 @@ writes <out>/design-card-time.json with the load average before each.
     python bench/design_card.py --sample SM8750 --graph whisper-tiny.en/encoder [--repeat 6]
 
 for a graph whose compiler is not byte-reproducible: N route and N EP compiles (fresh interpreters), their md5s
-and how many route binaries equal an EP one (the same distribution, or not): <out>/design-card-sample.json."""
+and how many route binaries equal an EP one (the same distribution, or not): <out>/design-card-sample.json (a
+further run adds its samples to the same graph's)."""
 from __future__ import annotations
 
 import argparse
@@ -101,7 +102,12 @@ def sample(build: Path, chip: str, name: str, repeat: int, out: Path) -> int:
     options = json.loads((build / model / "ort-qnn" / chip / f"{graph}.compile.json").read_text())["options"]
     route = (f"{ROUTE}import hashlib; print(hashlib.md5(r.binary).hexdigest())")
     ep_md5 = (f"{EP[:-1]}\n    import hashlib; print(hashlib.md5(open(tmp + '/g_qnn.bin', 'rb').read()).hexdigest())\n")
-    found = {"model": model, "graph": graph, "chip": chip, "load_before": _load(), "route": [], "ep": []}
+    found = {"model": model, "graph": graph, "chip": chip, "load_before": [_load()], "route": [], "ep": []}
+    known = out / "design-card-sample.json"
+    if known.exists():   # a further round adds to the same graph's samples
+        old = json.loads(known.read_text())
+        if (old["model"], old["graph"], old["chip"]) == (model, graph, chip):
+            found.update(route=old["route"], ep=old["ep"], load_before=[*old["load_before"], _load()])
     for _ in range(repeat):
         found["route"].append(_last([sys.executable, "-c", route, str(folder / "model_libs/x86_64-linux" / f"lib{graph}.so"),
                                      str(folder / f"{graph}.bin"), chip, json.dumps(options)]))
