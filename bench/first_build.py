@@ -5,7 +5,10 @@ process took (`# exit N after S s` in the step logs), and the seconds inside the
 records: export (torch.onnx.export), onnxsim, convert (QNN Saver), modellib (gcc), compile (per chip), verify (simulator and CPU reference),
 and, from their steps' times (forks: no imports), parity (PyTorch and CPU) and the sherpa-onnx loop. Writes <out>/first-build.json.
 
-    python bench/first_build.py [--out bench/results]"""
+    python bench/first_build.py [--out bench/results] [--commit REV --name first-build-REV]
+
+--commit builds another commit of this repository the same way (a baseline measured on the same machine, in
+the same hour: the machine's speed varies between sessions by up to 2x)."""
 from __future__ import annotations
 
 import argparse
@@ -34,13 +37,18 @@ def records(build: Path, pattern: str) -> float:
 def main() -> int:
     args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     args.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    args.add_argument("--commit", help="build this commit instead of HEAD")
+    args.add_argument("--name", default="first-build", help="result file name (without .json)")
     opts = args.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "checkout"
         subprocess.run(["git", "clone", "-q", str(ROOT), str(folder)], check=True)
+        if opts.commit:
+            subprocess.run(["git", "checkout", "-q", opts.commit], cwd=folder, check=True)
         before, started = load(), time.monotonic()
-        done = subprocess.run(["doit"], cwd=folder, capture_output=True, text=True,
-                              env={k: v for k, v in os.environ.items() if k not in ("QNN_JOBS", "QNN_CACHE", "CI")})
+        # PYTHONPATH: the clone's own toolchain, not the editable install's (its finder would win in doit's process)
+        env = {k: v for k, v in os.environ.items() if k not in ("QNN_JOBS", "QNN_CACHE", "CI")}
+        done = subprocess.run(["doit"], cwd=folder, capture_output=True, text=True, env={**env, "PYTHONPATH": str(folder)})
         wall = time.monotonic() - started
         if done.returncode:
             sys.exit(f"doit failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
@@ -60,9 +68,9 @@ def main() -> int:
     result = {"wall_s": round(wall, 1), "load_before": before, "cores": os.cpu_count(), "tasks_run": ran,
               "step_processes_s": round(steps, 1), "in_tool_s": {k: round(v, 1) for k, v in tools.items()},
               "in_tool_total_s": round(sum(tools.values()), 1),
-              "commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+              "commit": subprocess.run(["git", "rev-parse", opts.commit or "HEAD"], cwd=ROOT, capture_output=True,
                                        text=True).stdout.strip()}
-    out = Path(opts.out) / "first-build.json"
+    out = Path(opts.out) / f"{opts.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))

@@ -137,22 +137,10 @@ def compile(src: str, out_model: str, options: dict) -> dict:
     From model bytes, so the QNN graph name depends on content, not on the path. Built in a temp
     folder: the EP writes the binary even when the session then fails, and refuses to overwrite."""
     out = Path(out_model)
-    config = {"session.disable_cpu_ep_fallback": "1", "ep.context_enable": "1", "ep.context_embed_mode": "0"}
-    if _has_external_data(src):
-        # from bytes, external weights (ONNX over 2 GB) are found beside the source model; only then, as
-        # the folder enters the EP's graph-name hash (same bytes in two checkouts -> different names)
-        config["session.model_external_initializers_file_folder_path"] = str(Path(src).resolve().parent)
     started = time.monotonic()
     with atomic_dir(out.parent) as tmp:
-        try:
-            _session(Path(src).read_bytes(), options, {**config, "ep.context_file_path": str(tmp / out.name)})
-        except Exception as err:  # the EP reports unsupported nodes only as an exception
-            cpu = cpu_nodes(src, options)
-            if cpu:
-                listed = ", ".join(f"{name or '<unnamed>'} ({op})" for name, op in cpu)
-                raise StageFailed(f"{src}: {len(cpu)} node(s) would run on the CPU, not the HTP: {listed}; "
-                                  f"fix them in the export (replace or rewrite these ops)") from None
-            raise StageFailed(f"{src}: compile failed: {str(err).strip().splitlines()[-1]}") from None
+        _checked_session(src, options, {"ep.context_enable": "1", "ep.context_embed_mode": "0",
+                                        "ep.context_file_path": str(tmp / out.name)}, "compile")
         binary = tmp / (out.stem + "_qnn.bin")
         if not binary.exists():
             raise StageFailed(f"{src}: the EP wrote no context binary {binary.name}")
@@ -162,19 +150,26 @@ def compile(src: str, out_model: str, options: dict) -> dict:
 def lower(src: str, options: dict) -> None:
     """Create (and drop) an EP session on `src` with CPU fallback disabled and no context output: with
     `qnn_saver_path` in `options` the QNN Saver records the EP's HTP lowering in ./saver_output/ (convert.py)."""
-    config = {"session.disable_cpu_ep_fallback": "1"}
+    _checked_session(src, options, {}, "lowering for the HTP")
+
+
+def _checked_session(src: str, options: dict, config: dict, what: str) -> None:
+    """An EP session on `src`'s bytes with CPU fallback disabled; a failure is one line, naming the nodes the
+    HTP cannot take when that is why (the EP reports them only as an exception)."""
+    config = {"session.disable_cpu_ep_fallback": "1", **config}
     if _has_external_data(src):
+        # from bytes, external weights (ONNX over 2 GB) are found beside the source model; only then, as
+        # the folder enters the EP's graph-name hash (same bytes in two checkouts -> different names)
         config["session.model_external_initializers_file_folder_path"] = str(Path(src).resolve().parent)
     try:
         _session(Path(src).read_bytes(), options, config)
-    except Exception as err:  # the EP reports unsupported nodes only as an exception
-        plain = {k: v for k, v in options.items() if k != "qnn_saver_path"}
-        cpu = cpu_nodes(src, plain)
+    except Exception as err:
+        cpu = cpu_nodes(src, {k: v for k, v in options.items() if k != "qnn_saver_path"})
         if cpu:
             listed = ", ".join(f"{name or '<unnamed>'} ({op})" for name, op in cpu)
             raise StageFailed(f"{src}: {len(cpu)} node(s) would run on the CPU, not the HTP: {listed}; "
                               f"fix them in the export (replace or rewrite these ops)") from None
-        raise StageFailed(f"{src}: lowering for the HTP failed: {str(err).strip().splitlines()[-1]}") from None
+        raise StageFailed(f"{src}: {what} failed: {str(err).strip().splitlines()[-1]}") from None
 
 
 def _has_external_data(src: str) -> bool:

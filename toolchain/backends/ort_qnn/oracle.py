@@ -1,5 +1,5 @@
 """The oracle of the design card's route (on demand: `doit oracle`, `doit oracle:<model>/<graph>@<CHIP>`): the EP
-compiles the same ONNX with the same options directly, in a fresh process, into a scratch folder; the route's
+compiles the same ONNX with the same options directly, in a fresh interpreter, into a scratch folder; the route's
 binary must be byte-identical and its EPContext wrapper must carry the same node and metadata. A difference fails
 in one line naming the graph and chip, and the record says what differed: nothing differing ships silently once
 the oracle has run (it costs one more compile per graph and chip, so it is not part of a plain `doit`).
@@ -61,11 +61,9 @@ def _md5(path: str) -> str:
     return digest.hexdigest()
 
 
-def _ep_compile(src: str, out: str, options: dict, fresh: bool) -> dict:
-    """One direct EP compile into `out`; `fresh`: in a new interpreter (a second EP session in one process gives
-    other bytes, README "Determinism")."""
-    if not fresh:
-        return ep.compile(src, out, options)
+def _ep_compile(src: str, out: str, options: dict) -> dict:
+    """One direct EP compile into `out`, always in a new interpreter: the EP's bytes depend on how many sessions
+    its process made before (a step's own process may have made one, a test process many)."""
     done = subprocess.run([sys.executable, "-m", __name__, src, out, json.dumps(options)], capture_output=True,
                           text=True)
     if done.returncode:
@@ -104,7 +102,7 @@ def check(src: str, ctx: str, binary: str, options: dict, record: str, label: st
     try:
         for attempt in range(TRIES):
             out = os.path.join(scratch, str(attempt), os.path.basename(ctx))
-            direct = _ep_compile(src, out, options, fresh=attempt > 0)
+            direct = _ep_compile(src, out, options)
             ep_md5s.append(_md5(direct["binary"]))
             seconds.append(direct["seconds"])
             kept.append(direct["binary"])
