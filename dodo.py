@@ -1,7 +1,8 @@
 """qnn-npu-compile: models/*.toml -> ONNX -> QNN HTP context binaries per chip, verified.
 
 The table of contents is toolchain/pipeline.py: every stage in run order, one line each (`doit list`).
-`doit full=SM8750` adds the full verification tier for a chip; `doit extra=1` the models of models/extra/."""
+`doit full=SM8750` adds the full verification tier for a chip; `doit extra=1` the models of models/extra/;
+`doit qairt=2.49` builds this run for another QAIRT family (docs/qairt-families.md)."""
 import os
 import sys
 
@@ -24,5 +25,5 @@ os.makedirs(paths.BUILD, exist_ok=True)   # doit opens the state DB before any t
 if buildlock.hold(sys.argv):   # one build per folder: a second doit here stops, naming the first
     files.sweep(paths.BUILD)   # then no other step is running: temp files left here are a killed step's
     buildlock.on_interrupt()   # Ctrl-C / SIGTERM: one line, finished tasks kept, no traceback
-PROJECT = project.load("models", full=VARIABLES["full"], extra=VARIABLES["extra"])
+PROJECT = project.load("models", full=VARIABLES["full"], extra=VARIABLES["extra"], qairt=VARIABLES["qairt"])
 globals().update(pipeline.task_creators(PROJECT, VARIABLES))   # task_<stage>, task_model, task_chip

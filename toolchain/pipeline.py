@@ -88,7 +88,7 @@ STAGES = (
 NAMES = tuple(s.name for s in STAGES)
 DEFAULT = [s.name for s in STAGES if s.default]
 ALIASED = {"model", "graph", "graph@chip", "model@chip"}   # scopes whose tasks belong to one model
-VARIABLES = ("full", "extra", "limits", "cache", outputs.VAR, zygote.VAR, *device.VARIABLES, *step0.VARIABLES)
+VARIABLES = ("full", "extra", "limits", "cache", "qairt", outputs.VAR, zygote.VAR, *device.VARIABLES, *step0.VARIABLES)
 
 
 def _get_var(name, default=None):
@@ -115,7 +115,7 @@ def variables() -> dict:
         workers = zygote.mode(given.get(zygote.VAR, ""))
     except ValueError as err:
         raise InvalidDodoFile(f"command line: {err}") from None
-    return {"full": given.get("full", ""), "extra": extra == "1", "rehash": rehash == "1" or bool(os.environ.get(outputs.ENV)),
+    return {"full": given.get("full", ""), "extra": extra == "1", "qairt": given.get("qairt", ""), "rehash": rehash == "1" or bool(os.environ.get(outputs.ENV)),
             "slots": limits.configured(default_slots(), NAMES, given.get("limits", "")), "workers": workers}
 
 
@@ -168,9 +168,11 @@ def _creator(tasks, doc: str):
 
 
 def _owner(task_name: str) -> tuple[str, str | None]:
-    """'whisper/encoder@SM8750' -> ('whisper', 'SM8750'); 'whisper' -> ('whisper', None)."""
+    """'whisper/encoder@SM8750' -> ('whisper', 'SM8750'); 'whisper' -> ('whisper', None); another QAIRT family's
+    'whisper/encoder@SM8750+qairt2.49' -> ('whisper', 'SM8750') (chip:SM8750 holds every family's);
+    'whisper/encoder+qairt2.49' -> ('whisper', None)."""
     head, _, chip = task_name.partition("@")
-    return head.split("/")[0], chip or None
+    return head.split("/")[0].split("+")[0], chip.split("+")[0] or None
 
 
 def _default_tasks(made: dict):

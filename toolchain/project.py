@@ -26,10 +26,13 @@ class Project:
         return [m for m in self.models if m.toolchain == toolchain]
 
     def model_chips(self, toolchain: str | None = None):
-        """(model, chip) for every chip a model targets (of one compiler's models, if given)."""
+        """(model, chip) for every chip a model targets (of one compiler's models, if given), once per QAIRT family
+        it builds: a non-default family's chip carries it (chip.family; its tasks are named @<CHIP>+qairt<family>)."""
         for model in self.models if toolchain is None else self.models_of(toolchain):
-            for name in model.chips:
-                yield model, self.chips[name]
+            for family in model.qairt or ("",):
+                for name in model.chips:
+                    chip = self.chips[name]
+                    yield model, (dataclasses.replace(chip, family=family) if family else chip)
 
     def graph_chips(self, toolchain: str | None = None):
         """(model, graph, chip) for every compiled binary."""
@@ -45,9 +48,10 @@ class Project:
         return model.name in self.gated
 
 
-def load(models_dir: str | Path = "models", full: str = "", extra: bool = False) -> Project:
+def load(models_dir: str | Path = "models", full: str = "", extra: bool = False, qairt: str = "") -> Project:
     """Load every models/*.toml (and models/extra/*.toml with `extra`: opt-in models, too slow for
-    every build on 2 cores); `full` is a comma list of chips ('all' for every chip) for the full tier."""
+    every build on 2 cores); `full` is a comma list of chips ('all' for every chip) for the full tier; `qairt`
+    the command line's QAIRT families or runtime versions (comma list, 'all'), for every model that can take them."""
     chips = chip_table.load()
     files = spec_files(Path(models_dir)) + (spec_files(Path(models_dir, "extra")) if extra else [])
     models = tuple(m for f in files for m in spec.load_file(f, chips))
@@ -61,7 +65,7 @@ def load(models_dir: str | Path = "models", full: str = "", extra: bool = False)
     for name in wanted:
         if name not in chips:
             raise SpecError(f"command line: full={full}: unknown chip {name!r}; known: {', '.join(chips)}")
-    models = with_backends(models, chips)
+    models = with_backends(models, chips, qairt)
     return Project(models=models, chips=chips, full_chips=wanted,
                    gated=frozenset(m.name for m in models if sherpa_run.wanted(m)))
 
@@ -79,7 +83,7 @@ def spec_files(folder: Path) -> list[Path]:
     return found
 
 
-def with_backends(models, chips: dict) -> tuple:
+def with_backends(models, chips: dict, qairt: str = "") -> tuple:
     """Each model with its compiler: "auto" resolved (and said on stdout, with the reason), the name
     checked, what the compiler cannot build refused, each compiler preflighted once for its models."""
     auto = backends.choose_auto() if any(m.toolchain == AUTO for m in models) else None
@@ -95,7 +99,12 @@ def with_backends(models, chips: dict) -> tuple:
         backend = instances.setdefault(name, backends.REGISTRY[name]())
         for field, reason in backend.spec_problems(model):
             raise SpecError(f"{model.spec_file}: {field}: {reason} (toolchain {name})")
-        resolved.append(dataclasses.replace(model, toolchain=name, backend=backend))
+        model = dataclasses.replace(model, toolchain=name, backend=backend)
+        try:
+            families = backend.families(model, qairt)
+        except ValueError as err:
+            raise SpecError(str(err)) from None
+        resolved.append(dataclasses.replace(model, qairt=families))
     for name, backend in instances.items():
         backend.preflight([m for m in resolved if m.toolchain == name], chips)
     return tuple(resolved)

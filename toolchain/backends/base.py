@@ -20,11 +20,20 @@ class Backend(ABC):
         """(field, reason) for what this compiler cannot build as declared (refused at load time)."""
         return []
 
-    @abstractmethod
-    def identity(self) -> dict:
-        """Tool build id: part of the settings of every task whose output the compiler decides."""
+    def families(self, model, override: str = "") -> tuple[str, ...]:
+        """The QAIRT families one model builds, "" for the compiler's own ((): its own only); `override`: the
+        command line's `qairt=`. Raises ValueError naming the field."""
+        if "runtime_qairt" in model.compile or "qairt" in model.compile:
+            raise ValueError(f"{model.spec_file}: compile.runtime_qairt/qairt: the {self.name} toolchain builds with "
+                             "the one QAIRT it has; the embedded toolchain (ort-qnn) builds for several")
+        return ()
 
-    def tool_files(self) -> list[str]:
+    @abstractmethod
+    def identity(self, chip=None) -> dict:
+        """Tool build id (of `chip`'s QAIRT family where a compiler builds several): part of the settings of every
+        task whose output the compiler decides."""
+
+    def tool_files(self, chip=None) -> list[str]:
         """Files whose bytes decide its outputs (compiler and simulator libraries): every task whose output
         the compiler decides lists them in its file_dep, so changed bytes rebuild under the same version."""
         return []

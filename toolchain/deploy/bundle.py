@@ -11,6 +11,7 @@ from doit.tools import config_changed
 
 from toolchain.deploy import sherpa, tarball
 from toolchain.engine import paths
+from toolchain.qnn import compat
 from toolchain.engine.files import read_json, sha256, write_json
 from toolchain.engine.worker import StageFailed, load_module, run
 from toolchain.stages import compare
@@ -47,8 +48,8 @@ def tasks(project):
                   "out": paths.bundle_record(model, chip)}
         shipped = [k for k in ("ort_out", "sherpa_out") if kwargs[k]]
         log = paths.bundle_log(model, chip)
-        yield {"name": f"{model.name}@{chip.name}",
-               "doc": f"{model.name} on {chip.name}: phone bundles "
+        yield {"name": f"{model.name}@{chip.tag}",
+               "doc": f"{model.name} on {chip.tag}: phone bundles "
                       f"({', '.join(KINDS[k] for k in shipped) or 'none'}) + bundle record"
                       + ("" if kwargs["sherpa_out"] else " [no sherpa-onnx bundle: see bundle.json]"),
                "file_dep": [kwargs["manifest"], kwargs["runtime"], *model.code_files,
@@ -71,7 +72,8 @@ def build(model, chip, toolchain, graphs, manifest, runtime, module_file, data_d
               "runtime-libraries.json": (json.dumps(libs, indent=2, sort_keys=True) + "\n").encode()}
     if plan["tokens"]:
         common["tokens.txt"] = _tokens(module_file, io)
-    record = {"model": model, "chip": chip["name"], "soc_model": chip["soc_model"], "htp_arch": f"v{chip['htp_arch']}",
+    record = {"qnn_runtime": compat.requirement(man["sdk"]["build_id"]),
+              "model": model, "chip": chip["name"], "soc_model": chip["soc_model"], "htp_arch": f"v{chip['htp_arch']}",
               "toolchain": toolchain, "sdk_build_id": man["sdk"]["build_id"], "license": man["license"],
               "runtime_libraries": {k: libs[k] for k in ("family", "available", "app_must_ship", "license")},
               "bundles": {}}
@@ -91,11 +93,14 @@ def build(model, chip, toolchain, graphs, manifest, runtime, module_file, data_d
             raise StageFailed(f"{model}@{chip['name']}: the binaries break sherpa-onnx's {family} contract: "
                               + "; ".join(found))
         order = sherpa.ORDER[family]
-        members = {**common, "info.txt": _info(man, list(order)).encode(), "README.md": sherpa_readme(order).encode(),
+        members = {**common, "info.txt": _info(man, list(order), sherpa_apps=True).encode(),
+                   "README.md": sherpa_readme(order, man["sdk"]["build_id"]).encode(),
                    "manifest.json": manifest, **{f"{g}.bin": graphs[g]["binary"] for g in order},
                    **{f"test_wavs/{Path(k).name}": v for k, v in data.items()
                       if k.endswith((".wav", "refs.tsv", "PROVENANCE.md"))}}
         record["bundles"]["sherpa-onnx"] = {**_write(sherpa_out, members), "family": family}
+        if not compat.loads(compat.SHERPA_APPS, man["sdk"]["build_id"]):
+            record["bundles"]["sherpa-onnx"]["released_apps"] = compat.sherpa_note(man["sdk"]["build_id"])
     else:
         record["bundles"]["sherpa-onnx"] = {"shipped": False, "family": plan["family"], "reasons": plan["sherpa_reasons"]}
     write_json(out, record)
@@ -132,10 +137,15 @@ def _tokens(module_file: str, io: dict) -> bytes:
         return Path(f"{tmp}/tokens.txt").read_bytes()
 
 
-def _info(man: dict, order: list[str]) -> str:
-    """key=value, as sherpa-onnx's info.txt; what the app checks before it loads anything."""
-    fields = {"model": man["model"], "soc": man["chip"]["name"], "soc_id": man["soc_id"], "arch": man["htp_arch"],
-              "toolchain": man["toolchain"], "qnn_build_id": man["sdk"]["build_id"], "graphs": ",".join(order),
+def _info(man: dict, order: list[str], sherpa_apps: bool = False) -> str:
+    """key=value, as sherpa-onnx's info.txt; what the app checks before it loads anything: first the build id and
+    the QNN runtime it needs."""
+    need = compat.requirement(man["sdk"]["build_id"])
+    lead = {"qnn_build_id": man["sdk"]["build_id"], "needs_qnn_runtime": f"QAIRT>={need['qairt_family']}"}
+    if sherpa_apps and "sherpa_onnx_apps" in need:
+        lead["sherpa_onnx_released_apps"] = f"refuse (they ship QNN {compat.SHERPA_APPS}); see README.md"
+    fields = {**lead, "model": man["model"], "soc": man["chip"]["name"], "soc_id": man["soc_id"], "arch": man["htp_arch"],
+              "toolchain": man["toolchain"], "graphs": ",".join(order),
               "precision": ",".join(man["precision"][g] for g in order)}
     return "".join(f"{k}={v}\n" for k, v in fields.items())
 
@@ -168,8 +178,13 @@ libraries and their QAIRT version family; `info.txt` the chip this was compiled 
 """
 
 
-def sherpa_readme(order) -> str:
+def sherpa_readme(order, build_id: str | None = None) -> str:
     binaries = ",".join(f"$dir/{g}.bin" for g in order)
-    return (f"# sherpa-onnx QNN binary bundle\n\n`QnnConfig(backendLib = \"libQnnHtp.so\", contextBinary = "
+    text = (f"# sherpa-onnx QNN binary bundle\n\n`QnnConfig(backendLib = \"libQnnHtp.so\", contextBinary = "
             f"\"{binaries}\", systemLib = \"libQnnSystem.so\")`, provider = \"qnn\"; the Skel's folder prepended to "
             f"ADSP_LIBRARY_PATH (';'). Runs only on the chip in `info.txt`.\n")
+    need = compat.requirement(build_id)
+    text += f"\nBuilt with QAIRT {build_id}: needs {need['needs']}.\n"
+    if "sherpa_onnx_apps" in need:
+        text += f"\n**{need['sherpa_onnx_apps']}.**\n"
+    return text

@@ -19,17 +19,18 @@ ADSP_DEFAULTS = "/vendor/lib/rfsa/adsp;/vendor/dsp/cdsp;/vendor/dsp;/system/lib/
 
 
 def tasks(project):
-    wanted = {(m.toolchain, c): m.backend for m in project.models for c in m.chips}
-    for (toolchain, name), backend in sorted(wanted.items(), key=lambda item: item[0]):
-        chip = project.chips[name]
+    wanted = {(m.toolchain, c.tag): (m.backend, c) for m, c in project.model_chips()}
+    for (toolchain, _), (backend, chip) in sorted(wanted.items(), key=lambda item: item[0]):
         sdk = backend.identity() if backend.sdk_root() else None   # an SDK folder holds the device libraries
         files = [f"{sdk['root']}/{rel}" for rel in _layout(chip.htp_arch).values()] if sdk else []
         kwargs = {"toolchain": toolchain, "chip": chip.record(), "sdk": sdk, "out": paths.runtime_record(toolchain, chip)}
-        yield {"name": f"{toolchain}@{chip.name}",
-               "doc": f"QNN runtime libraries for {chip.name} (v{chip.htp_arch}) from the {toolchain} toolchain",
+        own = {"wheel": backend.identity(chip)} if chip.family else {}   # another QAIRT family's wheel pair
+        yield {"name": f"{toolchain}@{chip.tag}",
+               "doc": f"QNN runtime libraries for {chip.name} (v{chip.htp_arch}) from the {toolchain} toolchain"
+                      + (f", QAIRT {chip.family}" if chip.family else ""),
                "file_dep": [f for f in files if os.path.isfile(f)], "targets": [kwargs["out"]], "clean": True,
-               "actions": [(in_process, (write,), {**kwargs, "version": backend.sdk_version()})],
-               "uptodate": [config_changed({**kwargs, "tool": backend.identity()})]}
+               "actions": [(in_process, (write,), {**kwargs, "version": backend.sdk_version(chip), **own})],
+               "uptodate": [config_changed({**kwargs, "tool": backend.identity(chip)})]}
 
 
 def _layout(arch: int) -> dict[str, str]:
@@ -49,7 +50,7 @@ def version_of(path: str) -> str | None:
     return m.group(0).decode() if m else None
 
 
-def record(toolchain: str, chip: dict, sdk: dict | None, version: str) -> dict:
+def record(toolchain: str, chip: dict, sdk: dict | None, version: str, wheel: dict | None = None) -> dict:
     """What the app ships for `chip`: files with versions when the compiler came with an SDK folder (`sdk`),
     else exact names, of the QAIRT `version` family the compiler is."""
     arch = chip["htp_arch"]
@@ -65,15 +66,16 @@ def record(toolchain: str, chip: dict, sdk: dict | None, version: str) -> dict:
                 "license": license_terms(sdk["root"])}
     libs = [{"name": name, "sdk_path": rel, "version": f"QAIRT {family(version)}.x", "sha256": None}
             for name, rel in _layout(arch).items()]
+    wheel = wheel or {"onnxruntime": metadata.version("onnxruntime"), "onnxruntime-qnn": metadata.version("onnxruntime-qnn")}
     return {"toolchain": toolchain, "chip": chip["name"], "htp_arch": arch, "build_id": None,
             "family": family(version), "available": False, "libraries": libs,
-            "why_not_available": f"onnxruntime-qnn {metadata.version('onnxruntime-qnn')} ships x86_64 libraries "
+            "why_not_available": f"onnxruntime-qnn {wheel['onnxruntime-qnn']} ships x86_64 libraries "
                                  f"only (the simulator); it has no Android or Hexagon builds",
             "app_must_ship": _ship_text(arch, f"a QAIRT {family(version)}.x SDK (this build used QAIRT {version})"),
-            "onnxruntime": {"libraries": [f"libonnxruntime.so (onnxruntime {metadata.version('onnxruntime')}, "
+            "onnxruntime": {"libraries": [f"libonnxruntime.so (onnxruntime {wheel['onnxruntime']}, "
                                           f"Android arm64-v8a)",
                                           f"libonnxruntime_providers_qnn.so (onnxruntime-qnn "
-                                          f"{metadata.version('onnxruntime-qnn')} QNN EP, Android arm64-v8a)"],
+                                          f"{wheel['onnxruntime-qnn']} QNN EP, Android arm64-v8a)"],
                             "note": "only for the onnxruntime bundle; whatever build you use must load QAIRT "
                                     f"{family(version)}.x libraries, the family the EPContext's ep_sdk_version names"},
             "license": license_terms(None)}
@@ -111,5 +113,5 @@ def license_terms(sdk_root: str | None) -> dict:
             "note": "Android builds of these libraries come from a QAIRT SDK, under the license that ships with it."}
 
 
-def write(toolchain: str, chip: dict, sdk: dict | None, version: str, out: str):
-    write_json(out, record(toolchain, chip, sdk, version))
+def write(toolchain: str, chip: dict, sdk: dict | None, version: str, out: str, wheel: dict | None = None):
+    write_json(out, record(toolchain, chip, sdk, version, wheel))

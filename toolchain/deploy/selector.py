@@ -9,6 +9,7 @@ from pathlib import Path
 from toolchain.engine import paths
 from toolchain.engine.files import read_json, sha256, write_json
 from toolchain.engine.worker import in_process
+from toolchain.qnn import compat
 
 CPU = "CPU fallback"
 KINDS = ("onnxruntime", "sherpa-onnx")
@@ -35,24 +36,41 @@ def tasks(project):
 
 
 def write(records: list[str], out: str):
-    """Paths in the index are relative to its own folder, so build/ can be copied as one piece."""
+    """Paths in the index are relative to its own folder, so build/ can be copied as one piece. Each chip's entry
+    leads with the build id and the runtime it needs; builds of other QAIRT families of the same chip are under
+    `other_qairt` (family -> the same fields), the newest family's build on top."""
     base = os.path.dirname(out)
-    index = {"format": 1, "models": {}}
+    index = {"format": 2, "models": {}}
+    builds = {}
     for path in records:
         r = read_json(path)
         bundles = {k: ({"path": os.path.relpath(b["file"], base), "sha256": b["sha256"], "bytes": b["bytes"]}
                        if b["shipped"] else {"path": None, "why_not": b.get("reason") or b.get("reasons")})
                    for k, b in r["bundles"].items()}
-        index["models"].setdefault(r["model"], {})[r["chip"]] = {
-            "soc_model": r["soc_model"], "htp_arch": r["htp_arch"], "toolchain": r["toolchain"],
-            "sdk_build_id": r["sdk_build_id"], "runtime_family": r["runtime_libraries"]["family"], "bundles": bundles}
+        build = {"qnn_runtime": compat.requirement(r["sdk_build_id"]), "sdk_build_id": r["sdk_build_id"],
+                 "toolchain": r["toolchain"], "runtime_family": r["runtime_libraries"]["family"], "bundles": bundles}
+        builds.setdefault((r["model"], r["chip"]), (r, []))[1].append(build)
+    for (model, chip), (r, found) in builds.items():
+        found.sort(key=lambda b: compat.key(b["sdk_build_id"]) if compat.family(b["sdk_build_id"]) else (0, 0),
+                   reverse=True)
+        entry = {"soc_model": r["soc_model"], "htp_arch": r["htp_arch"], **found[0]}
+        if found[1:]:
+            entry["other_qairt"] = {b["qnn_runtime"]["qairt_family"]: b for b in found[1:]}
+        index["models"].setdefault(model, {})[chip] = entry
     write_json(out, index)
 
 
+def builds_of(entry: dict) -> list[dict]:
+    """A chip entry's builds, newest QAIRT family first."""
+    return [entry, *entry.get("other_qairt", {}).values()]
+
+
 def select(ro_soc_model: str, libraries_loaded: bool, index: dict | str, model: str | None = None,
-           kind: str = "onnxruntime", root: str | None = None) -> Choice:
+           kind: str = "onnxruntime", root: str | None = None, runtime_qairt: str | None = None) -> Choice:
     """The bundle for this phone, or CPU with the reason. `index` is the JSON or its path; bundle paths are
-    relative to `root` (default: the index's folder). The sha256 is checked on the file itself."""
+    relative to `root` (default: the index's folder). The sha256 is checked on the file itself. `runtime_qairt`:
+    the QAIRT version of the QNN libraries the app loaded; a binary of a newer family is refused here, with that
+    reason, instead of failing at context creation on the device (the load rule: toolchain/qnn/compat.py)."""
     if isinstance(index, (str, Path)):
         root = root or os.path.dirname(str(index))
         index = read_json(index)
@@ -67,16 +85,30 @@ def select(ro_soc_model: str, libraries_loaded: bool, index: dict | str, model: 
     chips = models[model]
     if soc not in chips:
         return Choice(CPU, f"ro.soc.model {soc!r} matches no chip built for {model} ({', '.join(sorted(chips))})")
-    entry = chips[soc].get("bundles", {}).get(kind)
+    chosen = chips[soc]
+    if runtime_qairt:
+        try:
+            loadable = [b for b in builds_of(chosen) if compat.loads(runtime_qairt, b["sdk_build_id"])]
+        except ValueError as err:
+            return Choice(CPU, f"runtime_qairt: {err}", soc)
+        if not loadable:
+            newest = chosen["sdk_build_id"]
+            oldest = builds_of(chosen)[-1]["sdk_build_id"]
+            return Choice(CPU, f"the app's QNN runtime (QAIRT {runtime_qairt}) would refuse every {model} binary for "
+                               f"{soc}: built with {newest if newest == oldest else f'{oldest} to {newest}'}, which "
+                               f"needs a runtime of QAIRT >= {compat.family(oldest)}", soc)
+        chosen = {**chips[soc], **loadable[0]}
+    entry = chosen.get("bundles", {}).get(kind)
     if kind not in KINDS or not entry or not entry.get("path"):
         why = entry.get("why_not") if entry else None
         return Choice(CPU, f"no {kind} bundle for {model} on {soc}" + (f": {why}" if why else ""), soc)
     if not libraries_loaded:
-        return Choice(CPU, f"the QNN runtime libraries (QAIRT {chips[soc]['runtime_family']}) did not load", soc)
+        return Choice(CPU, f"the QNN runtime libraries (QAIRT {chosen['runtime_family']}) did not load", soc)
     path = os.path.join(root or ".", entry["path"])
     if not os.path.isfile(path):
         return Choice(CPU, f"bundle {path} is missing", soc)
     got = sha256(path)
     if got != entry["sha256"]:
         return Choice(CPU, f"bundle {path} sha256 {got[:12]}... is not the index's {entry['sha256'][:12]}...", soc)
-    return Choice(path, f"{soc} = {chips[soc]['htp_arch']} build, sha256 verified, libraries loaded", soc, got)
+    built = f", QAIRT {compat.family(chosen.get('sdk_build_id'))} build" if runtime_qairt else ""
+    return Choice(path, f"{soc} = {chips[soc]['htp_arch']} build{built}, sha256 verified, libraries loaded", soc, got)

@@ -89,9 +89,10 @@ def atomic_dir(path: str | Path):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def write_json(path: str | Path, data) -> None:
-    """Write strict JSON (sorted keys, trailing newline; NaN and Infinity refused) atomically."""
-    text = json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
+def write_json(path: str | Path, data, sort_keys: bool = True) -> None:
+    """Write strict JSON (sorted keys unless a record orders its own, trailing newline; NaN and Infinity refused)
+    atomically."""
+    text = json.dumps(data, indent=2, sort_keys=sort_keys, allow_nan=False) + "\n"
     with atomic_path(path) as tmp:
         tmp.write_text(text)
 

@@ -59,9 +59,15 @@ def parity_log(model) -> str:
     return f"{BUILD}/{model.name}/parity.log"
 
 
+def toolchain_dir(model, family: str = "") -> str:
+    """A toolchain's outputs of one model; a QAIRT family other than the default gets its own folder beside it
+    (`ort-qnn-qairt2.49`), so the default build's paths never move."""
+    return f"{BUILD}/{model.name}/{model.toolchain}" + (f"-qairt{family}" if family else "")
+
+
 def chip_dir(model, chip) -> str:
-    """Per-chip outputs, under the toolchain's name so two toolchains' binaries never mix."""
-    return f"{BUILD}/{model.name}/{model.toolchain}/{chip.name}"
+    """Per-chip outputs, under the toolchain's name (and QAIRT family) so two toolchains' binaries never mix."""
+    return f"{toolchain_dir(model, getattr(chip, 'family', ''))}/{chip.name}"
 
 
 def context_model(model, graph, chip) -> str:
@@ -100,9 +106,9 @@ def manifest(model, chip) -> str:
 
 
 # QAIRT SDK toolchain: chip-independent outputs per graph, then per chip in chip_dir().
-def toolchain_graph_dir(model, graph) -> str:
-    """Per-graph outputs of the toolchain (QAIRT: converter C++, weights, model libs)."""
-    return f"{BUILD}/{model.name}/{model.toolchain}/{graph.name}"
+def toolchain_graph_dir(model, graph, family: str = "") -> str:
+    """Per-graph outputs of the toolchain (QAIRT: converter C++, weights, model libs; embedded: the recording)."""
+    return f"{toolchain_dir(model, family)}/{graph.name}"
 
 
 def qnn_cpp(model, graph) -> str:
@@ -110,23 +116,23 @@ def qnn_cpp(model, graph) -> str:
     return f"{toolchain_graph_dir(model, graph)}/{graph.name}.cpp"
 
 
-def qnn_weights(model, graph) -> str:
-    return f"{toolchain_graph_dir(model, graph)}/{graph.name}.bin"
+def qnn_weights(model, graph, family: str = "") -> str:
+    return f"{toolchain_graph_dir(model, graph, family)}/{graph.name}.bin"
 
 
-def qnn_source(model, graph) -> str:
+def qnn_source(model, graph, family: str = "") -> str:
     """The embedded toolchain's QNN graph: the QNN Saver's C recording of the EP's HTP lowering (build/ only:
     it carries Qualcomm's banner)."""
-    return f"{toolchain_graph_dir(model, graph)}/{graph.name}.c"
+    return f"{toolchain_graph_dir(model, graph, family)}/{graph.name}.c"
 
 
-def model_libs_dir(model, graph) -> str:
-    return f"{toolchain_graph_dir(model, graph)}/model_libs"
+def model_libs_dir(model, graph, family: str = "") -> str:
+    return f"{toolchain_graph_dir(model, graph, family)}/model_libs"
 
 
-def model_lib(model, graph, target: str) -> str:
+def model_lib(model, graph, target: str, family: str = "") -> str:
     """What qnn-model-lib-generator writes: <out>/<target>/lib<cpp stem>.so."""
-    return f"{model_libs_dir(model, graph)}/{target}/lib{graph.name}.so"
+    return f"{model_libs_dir(model, graph, family)}/{target}/lib{graph.name}.so"
 
 
 def htp_config(model, graph, chip, name: str) -> str:
@@ -134,14 +140,14 @@ def htp_config(model, graph, chip, name: str) -> str:
     return f"{chip_dir(model, chip)}/{graph.name}.config/{name}"
 
 
-def stage_log(model, graph, stage: str, chip=None) -> str:
+def stage_log(model, graph, stage: str, chip=None, family: str = "") -> str:
     """One log per stage per graph (per chip where the stage is per chip), kept as a target."""
-    where = chip_dir(model, chip) if chip else toolchain_graph_dir(model, graph)
+    where = chip_dir(model, chip) if chip else toolchain_graph_dir(model, graph, family)
     return f"{where}/{graph.name}.{stage}.log"
 
 
-def stage_record(model, graph, stage: str, chip=None) -> str:
-    return stage_log(model, graph, stage, chip)[:-len(".log")] + ".json"
+def stage_record(model, graph, stage: str, chip=None, family: str = "") -> str:
+    return stage_log(model, graph, stage, chip, family)[:-len(".log")] + ".json"
 
 
 def converter_input_list(model, graph) -> str:
@@ -227,7 +233,16 @@ def bundle_record(model, chip) -> str:
 
 def runtime_record(toolchain: str, chip) -> str:
     """The QNN runtime libraries an app ships for one chip, per toolchain (SDK version family)."""
-    return f"{BUILD}/runtime/{toolchain}/{chip.name}.json"
+    return f"{BUILD}/runtime/{toolchain}{f'-qairt{chip.family}' if getattr(chip, 'family', '') else ''}/{chip.name}.json"
+
+
+def qairt_env_dir(family: str) -> str:
+    """A QAIRT family's own Python environment (venv/) and its record: shared by every model that builds it."""
+    return f"{BUILD}/qairt/{family}"
+
+
+def qairt_env(family: str) -> str:
+    return f"{qairt_env_dir(family)}/env.json"
 
 
 def device_record(model, chip, serial: str) -> str:

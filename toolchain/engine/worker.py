@@ -33,9 +33,13 @@ def run(function, kwargs: dict, log: str, task):
     meta the worker mode (a fork of the fork server, or a fresh interpreter: zygote.py)."""
     name, plain = qualified(function), to_json(kwargs)
     action = {"function": name, "kwargs": plain}
-    fresh = (task.meta or {}).get("workers") == "fresh"
+    meta = task.meta or {}
+    # a task may name another interpreter (and its whole environment) for its step, e.g. a toolchain release
+    # installed in its own venv: the step then runs there, never in a fork of this process's server
+    interpreter = (meta["python"], meta.get("python_env")) if meta.get("python") else None
+    fresh = meta.get("workers") == "fresh"
     return cache.run(task, action, function.__module__, log,
-                     lambda: limits.call(task, _call, name, plain, log, fresh))
+                     lambda: limits.call(task, _call, name, plain, log, fresh, interpreter))
 
 
 def in_process(function, *args, **kwargs):
@@ -75,13 +79,17 @@ def _function(name: str):
     return getattr(importlib.import_module(module_name), attr)
 
 
-def _call(function: str, kwargs: dict, log: str, fresh: bool = False):
+def _call(function: str, kwargs: dict, log: str, fresh: bool = False, interpreter: tuple | None = None):
     started = time.monotonic()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    python, own_env = interpreter or (sys.executable, None)
+    env = {**(own_env or os.environ), "PYTHONUNBUFFERED": "1"}
     with atomic_path(log) as tmp:
         with open(tmp, "a") as out:   # append: a forked step writes to the same file through its own handle
             out.write(f"# {function} {json.dumps(kwargs, sort_keys=True)}\n")
-        rc = _fresh(function, kwargs, tmp, env) if fresh else _forked(function, kwargs, tmp, env)
+            if interpreter:
+                out.write(f"# in {python}\n")
+        rc = _fresh(function, kwargs, tmp, env, python) if fresh or interpreter else \
+            _forked(function, kwargs, tmp, env)
         with open(tmp, "a") as out:
             out.write(f"# exit {rc} after {time.monotonic() - started:.1f} s\n")
         text = tmp.read_text(errors="replace")
@@ -95,9 +103,9 @@ def _call(function: str, kwargs: dict, log: str, fresh: bool = False):
     return TaskError(f"{function} {ended(rc)}; log {log}, last lines:\n{tail}")
 
 
-def _fresh(function: str, kwargs: dict, log, env: dict) -> int:
+def _fresh(function: str, kwargs: dict, log, env: dict, python: str = sys.executable) -> int:
     with open(log, "a") as out:
-        return subprocess.call([sys.executable, "-m", "toolchain.engine.worker", function, json.dumps(kwargs)],
+        return subprocess.call([python, "-m", "toolchain.engine.worker", function, json.dumps(kwargs)],
                                stdout=out, stderr=subprocess.STDOUT, env=env)
 
 

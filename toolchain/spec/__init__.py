@@ -167,6 +167,7 @@ class Model:
     bundle_name: str = ""  # the name in bundle file names (sherpa-onnx's), when not the model's
     uses: tuple[str, ...] = ()   # other model-code files the module imports (dependencies of its tasks)
     requires: Settings = Settings(())   # the model code's own packages: {requirement as written: installed version}
+    qairt: tuple[str, ...] = ()   # the QAIRT families it builds, resolved by project.py; () = the build's own only
     backend: object = None  # the compiler (backends/base.py Backend), set by project.py
 
     @property
@@ -278,6 +279,13 @@ def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
                         # The guide: above ~1B parameters in fp16 a model may not fit one context. The
                         # bundled compiler builds 1.2B (2.4 GB, bench/size_limit.py); devices unmeasured.
                         "max_fp16_params": comp.opt("max_fp16_params", int, 1_000_000_000)}
+    # The QNN runtime the app ships (runtime_qairt = "2.49.40") or the QAIRT families to build (qairt = [...]):
+    # kept as written only when given (a spec without them keeps its settings); the compiler resolves and checks
+    # them at load (backends/ort_qnn/families.py).
+    for key, kind in (("runtime_qairt", str), ("qairt", list)):
+        value = comp.opt(key, kind, None)
+        if value is not None:
+            compile_settings[key] = tuple(value) if kind is list else value
     comp.done()
     parity = top.sub("parity", required=False)
     parity_settings = {"max_abs": parity.number("max_abs", 1e-3),

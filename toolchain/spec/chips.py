@@ -22,11 +22,19 @@ class Chip:
     default: bool         # built when a model lists no chips of its own
     marketing: str
     source: str           # where each value was verified
+    family: str = ""      # a QAIRT family other than the build's own (project.model_chips): its own tasks and paths
+
+    @property
+    def tag(self) -> str:
+        """What task names say after '@': 'SM8750', or 'SM8750+qairt2.49' for another QAIRT family's build."""
+        return f"{self.name}+qairt{self.family}" if self.family else self.name
 
     def record(self) -> dict:
-        """The fields that reach the compiler (part of every per-chip task's settings)."""
-        return {"name": self.name, "soc_model": self.soc_model, "htp_arch": self.htp_arch,
-                "vtcm_mb": self.vtcm_mb, "fp16": self.fp16}
+        """The fields that reach the compiler (part of every per-chip task's settings); a non-default QAIRT
+        family is one of them (the default's record stays as it was: nothing of today's build rebuilds)."""
+        found = {"name": self.name, "soc_model": self.soc_model, "htp_arch": self.htp_arch,
+                 "vtcm_mb": self.vtcm_mb, "fp16": self.fp16}
+        return {**found, "qairt": self.family} if self.family else found
 
 
 def load(path: str | Path = TABLE) -> dict[str, Chip]:

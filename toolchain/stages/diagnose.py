@@ -38,10 +38,10 @@ def tasks(project):
                   "clips": list(model.verify["clips"]), "io": {g.name: io_record(g) for g in model.graphs},
                   "pieces": cut, "thresholds": thresholds, "out": out,
                   "spec": model.spec_file}
-        yield {"name": f"{model.name}@{chip.name}",
+        yield {"name": f"{model.name}@{chip.tag}",
                "doc": f"{model.name} on {chip.name}: the first op whose simulator output departs from the CPU",
                "file_dep": [*model.code_files, *graphs.values(), *compare.data_files(model.data_dir),
-                            *backend.tool_files()],
+                            *backend.tool_files(chip)],
                "targets": [out, log], "clean": True,
                "actions": [(run, (locate, kwargs, log)), (in_process, (summary, out))],
                "uptodate": [config_changed({"thresholds": thresholds, "clips": list(model.verify["clips"]),

@@ -6,6 +6,7 @@ from doit.tools import config_changed
 from toolchain.engine import paths
 from toolchain.engine.files import read_json, write_json
 from toolchain.engine.worker import in_process
+from toolchain.qnn import compat
 from toolchain.spec import plain
 from toolchain.stages import parity, simplify
 
@@ -23,7 +24,7 @@ def tasks(project):
                 {"origin": "the graphs' declared sources", "sources": {g.name: list(g.source) for g in model.graphs}},
                 "chip": {**chip.record(), "marketing": chip.marketing}, "toolchain": model.toolchain,
                 "precision": {g.name: g.precision for g in model.graphs},
-                "tools": {"simplify": simplify.tool_version(), "compiler": model.backend.identity()},
+                "tools": {"simplify": simplify.tool_version(), "compiler": model.backend.identity(chip)},
                 "runtime_libraries": model.backend.runtime_libraries(chip.record())}
         own = {g.name: plain(g.compile) for g in model.graphs if g.compile}
         if own:   # declared only: a model without them keeps its manifest (and bundles) as they were
@@ -31,8 +32,8 @@ def tasks(project):
         if model.requires:
             meta["tools"]["model_code"] = dict(model.requires)
         out = paths.manifest(model, chip)
-        yield {"name": f"{model.name}@{chip.name}",
-               "doc": f"{model.name} on {chip.name}: manifest (chip, SDK build id, checksums, numbers)",
+        yield {"name": f"{model.name}@{chip.tag}",
+               "doc": f"{model.name} on {chip.tag}: manifest (chip, SDK build id, checksums, numbers)",
                "file_dep": [p for group in sources.values() for p in (group.values() if isinstance(group, dict) else [group])],
                "targets": [out], "clean": True,
                "actions": [(in_process, (write, meta, sources, out))],
@@ -75,7 +76,13 @@ def write(meta: dict, sources: dict, out: str):
                       "binary_bytes": {g: b["bytes"] for g, b in record["binaries"].items()}}
     for section in sources.keys() - SECTIONS:   # a compiler's own records (Backend.manifest_sources)
         record[section] = {g: read_json(p) for g, p in sources[section].items()}
-    write_json(out, record)
+    # first what a deployer needs: the build id and the QNN runtime that loads these binaries (the rest sorted)
+    lead = {"qnn_runtime": compat.requirement(record["sdk"]["build_id"])}
+    write_json(out, {**lead, **_sorted(record)}, sort_keys=False)
+
+
+def _sorted(value):
+    return {k: _sorted(value[k]) for k in sorted(value)} if isinstance(value, dict) else value
 
 
 def binary_io(info: dict) -> dict:

@@ -39,14 +39,14 @@ def tasks(project, tier: str):
                   "checks": checks, "out": out, "io": {g.name: io_record(g) for g in model.graphs},
                   "spec": model.spec_file,
                   # what a failure adds: the first op that departs, found now (small graphs) and on demand
-                  "hint": f"; the first op that departs: `doit diagnose:{model.name}@{chip.name}`" if cut else "",
+                  "hint": f"; the first op that departs: `doit diagnose:{model.name}@{chip.tag}`" if cut else "",
                   "pieces": cut,
                   "thresholds": {g.name: diagnose.threshold(model, g) for g in model.graphs}}
         what = "all clips, WER" if tier == "full" else f"clips {', '.join(clips) or '(generated inputs)'}"
-        yield {"name": f"{model.name}@{chip.name}",
-               "doc": f"{model.name} on {chip.name}: {backend.verify_runner_name()} vs CPU ONNX, {tier} tier ({what})",
+        yield {"name": f"{model.name}@{chip.tag}",
+               "doc": f"{model.name} on {chip.tag}: {backend.verify_runner_name()} vs CPU ONNX, {tier} tier ({what})",
                "file_dep": [*model.code_files, *[p for g in graphs.values() for p in g.values()],
-                            *compare.data_files(model.data_dir), *backend.tool_files()],
+                            *compare.data_files(model.data_dir), *backend.tool_files(chip)],
                "targets": [out, log], "clean": True,
                "actions": [(run, (check, kwargs, log))],
                "uptodate": [config_changed({"checks": checks, **backend.verify_settings(model, chip, tier)})]}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from toolchain.backends import base
-from toolchain.backends.ort_qnn import compile, convert, ep, modellib, oracle, quantize
+from toolchain.backends.ort_qnn import compile, convert, ep, familyrun, families, modellib, oracle, quantize
 from toolchain.spec import SpecError
 from toolchain.engine import paths
 from toolchain.stages import Stage
@@ -21,7 +21,9 @@ class Backend(base.Backend):
     binary_suffix = "_qnn"   # the EP writes <stem>_qnn.bin beside <stem>.onnx
     emits_context_model = True
     calibration_layout = "onnx"
-    stages = (Stage("quantize", quantize.tasks, "Float ONNX -> w8a16 QDQ ONNX, per w8a16 graph (embedded toolchain).",
+    stages = (Stage("qairt_env", families.tasks, "A QAIRT family's own Python environment (onnxruntime-qnn wheel pair, "
+                    "no torch), per family a model builds besides the default; ort-qnn.", "qairt"),
+              Stage("quantize", quantize.tasks, "Float ONNX -> w8a16 QDQ ONNX, per w8a16 graph (embedded toolchain).",
                     "graph"),
               Stage("convert", convert.tasks, "ONNX -> QNN graph <graph>.c + weights .bin (the EP's HTP lowering "
                     "recorded by the QNN Saver), per graph; ort-qnn.", "graph", memory_gb=1.0),
@@ -38,6 +40,15 @@ class Backend(base.Backend):
         routed = [m for m in models if any(ep.uses_route(g) for g in m.graphs)]
         if routed and modellib.compiler() is None:
             raise SpecError(f"{routed[0].spec_file}: {modellib.missing_compiler_message()}")
+
+    def families(self, model, override: str = "") -> tuple[str, ...]:
+        """`[compile] runtime_qairt` / `qairt`, or the command line's `qairt=` for this run: family names, "" for the
+        build's own (the default family keeps today's task names, paths and settings)."""
+        where = f"{model.spec_file}: compile"
+        names = families.parse_var(override) if override else \
+            families.resolve(model.compile.get("runtime_qairt"), model.compile.get("qairt"), where)
+        own = families.default().name
+        return () if names in ((), (own,)) else tuple("" if n == own else n for n in names)
 
     def spec_problems(self, model) -> list[tuple[str, str]]:
         """A graph's [graphs.<g>.compile] takes `ep_options = {name = value}`, checked against the EP's own."""
@@ -61,29 +72,38 @@ class Backend(base.Backend):
         """The EP options one graph is compiled and simulated with."""
         return ep.provider_options(chip.record(), model.compile["optimization"], graph.compile.get("ep_options"))
 
-    def identity(self) -> dict:
-        return ep.version()
+    def identity(self, chip=None) -> dict:
+        family = _family(chip)
+        return family.identity() if family else ep.version()
 
-    def tool_files(self) -> list[str]:
-        return ep.library_files()
+    def tool_files(self, chip=None) -> list[str]:
+        """The wheel's libraries; a family's environment record (it holds the family's library sizes)."""
+        family = _family(chip)
+        return [paths.qairt_env(family.name)] if family else ep.library_files()
 
-    def sdk_version(self) -> str:
-        return ep.version()["qairt"]
+    def sdk_version(self, chip=None) -> str:
+        return self.identity(chip)["qairt"]
 
     def runtime_view(self, graph) -> dict:
         return io_record(graph)   # the EP keeps ONNX names and layouts
 
     def simulator(self, model, graph, chip, tier: str) -> tuple:
-        return ep.simulator, {"ctx_model": paths.context_model(model, graph, chip),
-                              "options": self.options(model, graph, chip)}
+        found = {"ctx_model": paths.context_model(model, graph, chip), "options": self.options(model, graph, chip)}
+        family = _family(chip)
+        if family:   # the family's own simulator, in its own interpreter (familyrun.py)
+            return familyrun.simulator, {**found, "python": families.interpreter(family),
+                                         "env": families.environ(family)}
+        return ep.simulator, found
 
     def piece_runner(self, model, graph, chip) -> tuple | None:
+        if _family(chip):
+            return None   # pieces compile in the verify step's own process: the build's own QAIRT only
         if graph.precision != "fp16":
             return None   # a w8a16 piece would need its own calibration: not cut (docs/diagnose.md)
         return ep.piece_simulator, {"options": self.options(model, graph, chip)}
 
     def verify_settings(self, model, chip, tier: str) -> dict:
-        found = {"options": ep.provider_options(chip.record(), model.compile["optimization"]), "tool": ep.version()}
+        found = {"options": ep.provider_options(chip.record(), model.compile["optimization"]), "tool": self.identity(chip)}
         own = {g.name: ep.option_strings(g.compile["ep_options"]) for g in model.graphs if "ep_options" in g.compile}
         return {**found, "graph_options": own} if own else found   # as before for graphs without their own
 
@@ -94,9 +114,17 @@ class Backend(base.Backend):
         return {"backend_lib": None, "system_lib": None}
 
     def runtime_libraries(self, chip: dict) -> dict:
-        return ep.runtime_libraries(chip)
+        family = families.table()[chip["qairt"]] if chip.get("qairt") else families.default()
+        return ep.runtime_libraries(chip, family)
 
     def manifest_sources(self, model, chip) -> dict:
         """What each graph became on the NPU (QNN op counts, weight bytes), from its convert record."""
-        routed = {g.name: paths.stage_record(model, g, "convert") for g in model.graphs if ep.uses_route(g)}
+        routed = {g.name: paths.stage_record(model, g, "convert", family=chip.family)
+                  for g in model.graphs if ep.uses_route(g)}
         return {"qnn_graph": routed} if routed else {}
+
+
+def _family(chip):
+    """The chip's QAIRT family when it is not the build's own (None: the default, today's build)."""
+    name = getattr(chip, "family", "") if chip is not None else ""
+    return families.table()[name] if name else None

@@ -8,7 +8,7 @@ from doit.tools import config_changed
 import os
 import time
 
-from toolchain.backends.ort_qnn import context, ep, modellib
+from toolchain.backends.ort_qnn import context, ep, families, modellib
 from toolchain.engine import paths
 from toolchain.engine.files import atomic_path, read_json, sha256, write_json
 from toolchain.engine.worker import StageFailed, run
@@ -19,8 +19,8 @@ MIB = 1 << 20
 
 
 def tasks(project):
-    tool = ep.version()
     for model, graph, chip in project.graph_chips(ep.NAME):
+        tool = families.tool(chip.family)
         options = model.backend.options(model, graph, chip)
         targets = [paths.context_model(model, graph, chip), paths.context_binary(model, graph, chip),
                    paths.compile_record(model, graph, chip)]
@@ -32,32 +32,36 @@ def tasks(project):
         settings = {"options": options, "tool": tool, "chip": chip.record(), "precision": graph.precision,
                     "io": kwargs["io"]}
         if ep.uses_route(graph):
-            lib, weights = paths.model_lib(model, graph, modellib.TARGET), paths.qnn_weights(model, graph)
-            converted = paths.stage_record(model, graph, "convert")
+            lib = paths.model_lib(model, graph, modellib.TARGET, chip.family)
+            weights = paths.qnn_weights(model, graph, chip.family)
+            converted = paths.stage_record(model, graph, "convert", family=chip.family)
             function, inputs = build, [lib, weights, converted]
             kwargs.update(model_lib=lib, weights=weights, converted=converted)
+            if chip.family:   # how this family's libraries and EP differ from the default's (families.toml)
+                kwargs["family"] = settings["family"] = families.table()[chip.family].replay()
             how = "from its model library"
         else:   # the direct EP compile: the settings stay exactly as they were before the route
             src = paths.compile_source(model, graph)
             function, inputs = build_direct, [src, paths.inspected(model, graph)]
             kwargs["src"] = src
             how = "EP compile (route = \"ep\")"
-        yield {"name": f"{model.name}/{graph.name}@{chip.name}",
+        yield {"name": f"{model.name}/{graph.name}@{chip.tag}",
                "doc": f"{model.name}/{graph.name} -> {chip.name} (v{chip.htp_arch}) context binary, "
-                      f"{graph.precision}, no CPU fallback, {how}",
-               "file_dep": [*inputs, *model.backend.tool_files()],
+                      f"{graph.precision}, no CPU fallback, {how}{f', QAIRT {chip.family}' if chip.family else ''}",
+               "file_dep": [*inputs, *families.tool_files(chip.family)], "meta": families.step_meta(chip.family),
                "task_dep": parity.gate(model), "targets": targets + [log], "clean": True,
                "actions": [(run, (function, kwargs, log))],
                "uptodate": [config_changed({**settings, "route": "saver"} if ep.uses_route(graph) else settings)]}
 
 
 def build(model_lib: str, weights: str, converted: str, out: str, record: str, options: dict, chip: dict,
-          precision: str, io: dict):
+          precision: str, io: dict, family: dict | None = None):
     """Compose the model library into libQnnHtp.so with the chip's settings (context.py), keep the finalized
     context's binary, wrap it, then prove it is what was asked for."""
     started = time.monotonic()
     replay = context.compose(os.path.abspath(model_lib), os.path.abspath(weights), chip,
-                             context.graph_settings(options))
+                             context.graph_settings(options),
+                             (family or {}).get("device_config_offset", context.DEVICE_CONFIG_OFFSET))
     if replay.errors or replay.binary is None:
         raise StageFailed(f"{model_lib}: no context binary for {chip['name']}: " +
                           "; ".join(replay.errors or ["the library finalized no context"]))
@@ -67,7 +71,8 @@ def build(model_lib: str, weights: str, converted: str, out: str, record: str, o
     info = qnnbin.binary_info(binary)
     graphs = info.get("graphs", [])
     metadata = read_json(converted).get("onnx_metadata", {})   # the EP copies the source model's into its wrapper
-    context.write_context_model(out, os.path.basename(binary), graphs[0]["name"] if graphs else "", io, chip, metadata)
+    context.write_context_model(out, os.path.basename(binary), graphs[0]["name"] if graphs else "", io, chip, metadata,
+                                (family or {}).get("wrapper", context.WRAPPER))
     _check_and_record(binary, out, record, options, chip, precision, io, info,
                       round(time.monotonic() - started, 3), {"route": "saver", "model_lib": model_lib})
 

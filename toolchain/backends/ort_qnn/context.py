@@ -39,9 +39,20 @@ class _Custom(C.Structure):
     _fields_ = [("option", C.c_uint32), ("_align", C.c_uint32), ("value", _Pair), ("_rest", C.c_uint64)]
 
 
-def _custom(option: int, first: int, second: int = 0) -> _Custom:
+# Where a device custom config's union starts: offset 8 in QAIRT 2.51, 4 in the families before it (their union holds
+# no pointer), measured per family by the oracle (families.toml device_config_offset).
+DEVICE_CONFIG_OFFSET = 8
+
+
+def _custom(option: int, first: int, second: int = 0, offset: int = 8) -> _Custom:
     c = _Custom()
-    c.option, c.value.a, c.value.b = option, first, second
+    c.option = option
+    if offset == 8:
+        c.value.a, c.value.b = first, second
+    elif offset == 4:
+        c._align, c.value.a = first, second
+    else:
+        raise ValueError(f"device config union at offset {offset}: only 4 and 8 are known")
     return c
 
 
@@ -66,9 +77,10 @@ class ConfigList:
         return C.cast(self.array, _P)
 
 
-def device_configs(chip: dict) -> ConfigList:
+def device_configs(chip: dict, offset: int = DEVICE_CONFIG_OFFSET) -> ConfigList:
     """SoC id and HTP arch (device 0), as the EP sets them."""
-    return ConfigList([_custom(HTP_DEVICE_SOC, chip["soc_model"]), _custom(HTP_DEVICE_ARCH, 0, chip["htp_arch"])])
+    return ConfigList([_custom(HTP_DEVICE_SOC, chip["soc_model"], offset=offset),
+                       _custom(HTP_DEVICE_ARCH, 0, chip["htp_arch"], offset=offset)])
 
 
 # The monolithic-LSTM graph option has no number in any documentation at hand; 17 is the one whose replay gives
@@ -112,7 +124,8 @@ class Replay:
     """The interface table a model library composes into: libQnnHtp.so's, with the chip's settings put back and
     the finalized context's binary kept (`binary`, `graph_names`)."""
 
-    def __init__(self, chip: dict, settings: dict, lib_dir: str | None = None):
+    def __init__(self, chip: dict, settings: dict, device_config_offset: int = DEVICE_CONFIG_OFFSET,
+                 lib_dir: str | None = None):
         provs, n = C.POINTER(C.POINTER(_Interface))(), C.c_uint32()
         lib = _htp_lib(lib_dir)
         lib.QnnInterface_getProviders.restype = _Err
@@ -122,7 +135,8 @@ class Replay:
         real = provs[0].contents
         self.table = _Interface()
         C.pointer(self.table)[0] = real
-        self._device_configs, self._graph_configs = device_configs(chip), graph_configs(settings)
+        self._device_configs = device_configs(chip, device_config_offset)
+        self._graph_configs = graph_configs(settings)
         self.binary: bytes | None = None
         self.graph_names: list[str] = []
         self.errors: list[str] = []
@@ -164,12 +178,13 @@ class Replay:
         self.providers = _PROVIDERS(providers)
 
 
-def compose(model_lib: str, weights: str, chip: dict, settings: dict) -> Replay:
+def compose(model_lib: str, weights: str, chip: dict, settings: dict,
+            device_config_offset: int = DEVICE_CONFIG_OFFSET) -> Replay:
     """Run the model library's recorded graph into libQnnHtp.so for `chip`; the replay holds the binary."""
     lib = C.CDLL(model_lib)
     lib.qnc_compose.restype = C.c_int
     lib.qnc_compose.argtypes = [C.c_char_p, _PROVIDERS]
-    replay = Replay(chip, settings)
+    replay = Replay(chip, settings, device_config_offset)
     status = lib.qnc_compose(weights.encode(), replay.providers)
     if status:
         replay.errors.append(f"the recorded graph failed with QNN error {status & 0xFFFF}")
@@ -188,13 +203,26 @@ _ONNX_DTYPES = {"float32": 1, "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "i
 WRAPPER_OPSET, WRAPPER_IR = 17, 10   # any the EP loads: the node is com.microsoft EPContext v1
 
 
-def compatibility(chip: dict, htp: dict, qairt: str) -> str:
-    return f"v2:{htp['backendId']}:{qairt}:{htp['htpApi']}:{chip['htp_arch']}:{chip['soc_model']}:{chip['vtcm_mb']}:0"
+# How the EPs of older QAIRT families write it (families.toml, measured by the oracle on five chips): format 2 is
+# the string above; format 1 (the EPs of 2.47 and 2.48) has no is_multi_soc_ep_context attribute and the string
+# "<backend id>:<QAIRT>:<HTP API>:0.0.0:<arch>:0". The EPs before 2.51 do not write v79 as 79 (2.47, 2.48: 68;
+# 2.49, 2.50: 0): `arch_as`. The external_dependencies entry is written by onnxruntime
+# 1.32, not by 1.27 (which hosts 2.47's EP): "dependencies".
+WRAPPER = {"format": 2, "arch": True, "dependencies": True}   # QAIRT 2.51's, the default
 
 
-def write_context_model(out: str, binary_name: str, graph_name: str, io: dict, chip: dict, metadata: dict) -> None:
+def compatibility(chip: dict, htp: dict, qairt: str, wrapper: dict = WRAPPER) -> str:
+    if wrapper["format"] == 1:
+        arch = wrapper.get("arch_as", {}).get(str(chip["htp_arch"]), chip["htp_arch"])   # as that EP writes it
+        return f"{htp['backendId']}:{qairt}:{htp['htpApi']}:0.0.0:{arch}:0"
+    arch = wrapper.get("arch_as", {}).get(str(chip["htp_arch"]), chip["htp_arch"]) if wrapper["arch"] else 0
+    return f"v2:{htp['backendId']}:{qairt}:{htp['htpApi']}:{arch}:{chip['soc_model']}:{chip['vtcm_mb']}:0"
+
+
+def write_context_model(out: str, binary_name: str, graph_name: str, io: dict, chip: dict, metadata: dict,
+                        wrapper: dict = WRAPPER) -> None:
     """The EPContext ONNX onnxruntime users load (verify runs it), pointing at `binary_name` beside it; `metadata`:
-    the source model's metadata_props, which the EP carries over."""
+    the source model's metadata_props, which the EP carries over; `wrapper`: how the family's EP writes it."""
     import onnx   # heavy: only in the compile step's process
     import onnxruntime_qnn.build_and_package_info as info
     from onnx import helper
@@ -204,15 +232,17 @@ def write_context_model(out: str, binary_name: str, graph_name: str, io: dict, c
     def values(kind):
         return [helper.make_tensor_value_info(name, _ONNX_DTYPES[dtype], shape) for name, shape, dtype in io[kind]]
 
+    multi_soc = {"is_multi_soc_ep_context": 0} if wrapper["format"] == 2 else {}
     node = helper.make_node("EPContext", [t[0] for t in io["inputs"]], [t[0] for t in io["outputs"]],
                             name=graph_name, domain="com.microsoft", main_context=1, ep_cache_context=binary_name,
-                            is_multi_soc_ep_context=0, max_size=0, ep_sdk_version=htp["buildId"], embed_mode=0,
+                            **multi_soc, max_size=0, ep_sdk_version=htp["buildId"], embed_mode=0,
                             source="QNNExecutionProvider", partition_name=graph_name)
     node.doc_string = "EPContext node for QNNExecutionProvider"
     model = helper.make_model(helper.make_graph([node], "main_graph", values("inputs"), values("outputs")),
                               opset_imports=[helper.make_opsetid("", WRAPPER_OPSET),
                                              helper.make_opsetid("com.microsoft", 1)], ir_version=WRAPPER_IR)
-    helper.set_model_props(model, {"ep_compatibility_info.QNNExecutionProvider": compatibility(chip, htp, info.qnn_version),
-                                   **metadata, "external_dependencies": "ep_context_binary"})
+    dependencies = {"external_dependencies": "ep_context_binary"} if wrapper.get("dependencies", True) else {}
+    helper.set_model_props(model, {"ep_compatibility_info.QNNExecutionProvider":
+                                   compatibility(chip, htp, info.qnn_version, wrapper), **metadata, **dependencies})
     with atomic_path(out) as tmp:
         onnx.save(model, str(tmp))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from doit.tools import config_changed
 
-from toolchain.backends.ort_qnn import ep
+from toolchain.backends.ort_qnn import ep, families
 from toolchain.engine import paths
 from toolchain.engine.files import atomic_path, read_json, write_json
 from toolchain.engine.worker import StageFailed, run
@@ -29,23 +29,30 @@ SAVER_DIR = "saver_output"   # where the Saver writes, relative to the working f
 
 
 def tasks(project):
-    tool = ep.version()
     for model in project.models_of(ep.NAME):
-        for graph in model.graphs:
-            if not ep.uses_route(graph):
-                continue
-            src, targets = paths.compile_source(model, graph), outputs(model, graph)
-            options = lowering_options(project.chips[model.chips[0]], model, graph)
-            kwargs = {"src": src, "source_c": targets[0], "weights": targets[1], "record": targets[2],
-                      "options": options}
-            yield {"name": f"{model.name}/{graph.name}",
-                   "doc": f"{model.name}/{graph.name}: QNN Saver recording of the EP's HTP lowering -> "
-                          f"{graph.name}.c + {graph.name}.bin ({graph.precision}){last_summary(targets[2])}",
-                   "file_dep": [src, paths.inspected(model, graph), *ep.library_files(), ep.saver_library()],
-                   "task_dep": parity.gate(model), "targets": targets + [paths.stage_log(model, graph, "convert")],
-                   "clean": True, "actions": [(run, (record, kwargs, paths.stage_log(model, graph, "convert")))],
-                   "uptodate": [config_changed({"graph_options": ep.option_strings(graph.compile.get("ep_options", {})),
-                                                "precision": graph.precision, "tool": tool})]}
+        for family in model.qairt or ("",):   # each QAIRT family records its own lowering (in its own interpreter)
+            yield from _tasks(project, model, family)
+
+
+def _tasks(project, model, family: str):
+    for graph in model.graphs:
+        if not ep.uses_route(graph):
+            continue
+        src, targets = paths.compile_source(model, graph), outputs(model, graph, family)
+        log = paths.stage_log(model, graph, "convert", family=family)
+        options = lowering_options(project.chips[model.chips[0]], model, graph, family)
+        kwargs = {"src": src, "source_c": targets[0], "weights": targets[1], "record": targets[2],
+                  "options": options}
+        saver = [] if family else [ep.saver_library()]   # a family's Saver is in its environment (its record)
+        yield {"name": f"{model.name}/{graph.name}{families.tag(family)}",
+               "doc": f"{model.name}/{graph.name}: QNN Saver recording of the EP's HTP lowering -> "
+                      f"{graph.name}.c + {graph.name}.bin ({graph.precision}"
+                      f"{f', QAIRT {family}' if family else ''}){last_summary(targets[2])}",
+               "file_dep": [src, paths.inspected(model, graph), *families.tool_files(family), *saver],
+               "task_dep": parity.gate(model), "targets": targets + [log], "meta": families.step_meta(family),
+               "clean": True, "actions": [(run, (record, kwargs, log))],
+               "uptodate": [config_changed({"graph_options": ep.option_strings(graph.compile.get("ep_options", {})),
+                                            "precision": graph.precision, "tool": families.tool(family)})]}
 
 
 def last_summary(record: str) -> str:
@@ -60,19 +67,23 @@ def last_summary(record: str) -> str:
         return ""   # a damaged record is the outputs check's business, not the listing's
 
 
-def outputs(model, graph) -> list[str]:
-    return [paths.qnn_source(model, graph), paths.qnn_weights(model, graph), paths.stage_record(model, graph, "convert")]
+def outputs(model, graph, family: str = "") -> list[str]:
+    return [paths.qnn_source(model, graph, family), paths.qnn_weights(model, graph, family),
+            paths.stage_record(model, graph, "convert", family=family)]
 
 
-def lowering_options(chip, model, graph) -> dict:
+def lowering_options(chip, model, graph, family: str = "") -> dict:
     """The EP options the recording session gets: those of the model's first chip (the chip changes no byte of
-    the recording, measured) plus the graph's own, and the Saver."""
-    return {**model.backend.options(model, graph, chip), "qnn_saver_path": ep.saver_library()}
+    the recording, measured) plus the graph's own, and the Saver (a family's: found by its step, in its own
+    environment)."""
+    found = model.backend.options(model, graph, chip)
+    return found if family else {**found, "qnn_saver_path": ep.saver_library()}
 
 
 def record(src: str, source_c: str, weights: str, record: str, options: dict):
     """Record the lowering in a fresh temp folder (absolute paths: the step then changes its working folder)."""
     src, source_c, weights, record = (os.path.abspath(p) for p in (src, source_c, weights, record))
+    options = {**options, "qnn_saver_path": options.get("qnn_saver_path") or ep.saver_library()}
     started = time.monotonic()
     scratch = tempfile.mkdtemp(prefix=".convert.", dir=os.path.dirname(source_c))
     here = os.getcwd()

@@ -219,16 +219,19 @@ def piece_simulator(piece: str, options: dict):
     return simulator(out, options)
 
 
-def runtime_libraries(chip: dict) -> dict:
-    """What an app must ship next to this chip's binaries (same QAIRT version as the compiler)."""
-    import onnxruntime_qnn.build_and_package_info as info
+def runtime_libraries(chip: dict, family) -> dict:
+    """What an app must ship next to this chip's binaries: QNN libraries of the compiler's QAIRT family or newer
+    (`family`: families.Family; the default one's record is as it was before families)."""
     arch = chip["htp_arch"]
-    return {"qairt": info.qnn_version,
-            "android_aarch64": ["libQnnHtp.so", "libQnnSystem.so", f"libQnnHtpV{arch}Stub.so"],
-            "hexagon_dsp": [f"libQnnHtpV{arch}Skel.so"],
-            "bundled_here": False,
-            "note": (f"onnxruntime-qnn ships x86_64 libraries only; take these from QAIRT {info.qnn_version} "
-                     f"(same version family as the compiler) and put the Skel's folder on ADSP_LIBRARY_PATH")}
+    found = {"qairt": family.version,
+             "android_aarch64": ["libQnnHtp.so", "libQnnSystem.so", f"libQnnHtpV{arch}Stub.so"],
+             "hexagon_dsp": [f"libQnnHtpV{arch}Skel.so"],
+             "bundled_here": False,
+             "note": (f"onnxruntime-qnn ships x86_64 libraries only; take these from QAIRT {family.version} "
+                      f"(same version family as the compiler) and put the Skel's folder on ADSP_LIBRARY_PATH")}
+    if not family.default:
+        found["built_with"] = f"onnxruntime-qnn {family.onnxruntime_qnn} (QAIRT {family.build_id})"
+    return found
 
 
 def library_dir() -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from doit.tools import config_changed
 
-from toolchain.backends.ort_qnn import ep
+from toolchain.backends.ort_qnn import ep, families
 from toolchain.engine import external, paths
 
 TARGET = "x86_64-linux"
@@ -51,18 +51,24 @@ def argv(cc: str, source_c: str, out: str) -> list[str]:
 def tasks(project):
     cc = compiler()
     for model in project.models_of(ep.NAME):
-        for graph in model.graphs:
-            if not ep.uses_route(graph):
-                continue
-            source_c, lib = paths.qnn_source(model, graph), paths.model_lib(model, graph, TARGET)
-            log, record = paths.stage_log(model, graph, "modellib"), paths.stage_record(model, graph, "modellib")
-            command = argv(cc or "cc", source_c, lib)
-            identity = compiler_identity(cc) if cc else None
-            yield {"name": f"{model.name}/{graph.name}",
-                   "doc": f"{model.name}/{graph.name}: {graph.name}.c -> lib{graph.name}.so ({TARGET}, "
-                          f"{identity or 'no C compiler'})",
-                   # relative, as the command names them: the artifact cache keys on the paths a task names
-                   "file_dep": [source_c, os.path.relpath(WRAPPER), os.path.relpath(CSRC / "include" / "QnnInterface.h")],
-                   "targets": [lib, record, log], "clean": True,
-                   "actions": [(external.action, (command, {}, log, [lib], record))],
-                   "uptodate": [config_changed({"argv": command, "compiler": identity, "target": TARGET})]}
+        for family in model.qairt or ("",):   # a family's recording is its own: so is its library
+            yield from _tasks(model, family, cc)
+
+
+def _tasks(model, family: str, cc: str | None):
+    for graph in model.graphs:
+        if not ep.uses_route(graph):
+            continue
+        source_c, lib = paths.qnn_source(model, graph, family), paths.model_lib(model, graph, TARGET, family)
+        log = paths.stage_log(model, graph, "modellib", family=family)
+        record = paths.stage_record(model, graph, "modellib", family=family)
+        command = argv(cc or "cc", source_c, lib)
+        identity = compiler_identity(cc) if cc else None
+        yield {"name": f"{model.name}/{graph.name}{families.tag(family)}",
+               "doc": f"{model.name}/{graph.name}: {graph.name}.c -> lib{graph.name}.so ({TARGET}, "
+                      f"{identity or 'no C compiler'})",
+               # relative, as the command names them: the artifact cache keys on the paths a task names
+               "file_dep": [source_c, os.path.relpath(WRAPPER), os.path.relpath(CSRC / "include" / "QnnInterface.h")],
+               "targets": [lib, record, log], "clean": True,
+               "actions": [(external.action, (command, {}, log, [lib], record))],
+               "uptodate": [config_changed({"argv": command, "compiler": identity, "target": TARGET})]}

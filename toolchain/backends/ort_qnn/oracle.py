@@ -21,7 +21,7 @@ from pathlib import Path
 
 from doit.tools import config_changed
 
-from toolchain.backends.ort_qnn import ep
+from toolchain.backends.ort_qnn import ep, families
 from toolchain.engine import paths
 from toolchain.engine.files import write_json
 from toolchain.engine.worker import StageFailed, run
@@ -33,8 +33,8 @@ def record_path(model, graph, chip) -> str:
 
 
 def tasks(project):
-    tool = ep.version()
     for model, graph, chip in project.graph_chips(ep.NAME):
+        tool = families.tool(chip.family)
         if not ep.uses_route(graph):
             continue
         options = model.backend.options(model, graph, chip)
@@ -42,10 +42,10 @@ def tasks(project):
         ctx, binary = paths.context_model(model, graph, chip), paths.context_binary(model, graph, chip)
         record, log = record_path(model, graph, chip), f"{paths.chip_dir(model, chip)}/{graph.name}.oracle.log"
         kwargs = {"src": src, "ctx": ctx, "binary": binary, "options": options, "record": record,
-                  "label": f"{model.name}/{graph.name}@{chip.name}"}
-        yield {"name": f"{model.name}/{graph.name}@{chip.name}",
-               "doc": f"{model.name}/{graph.name}@{chip.name}: the route's binary == the EP's direct compile (md5)",
-               "file_dep": [src, ctx, binary, *model.backend.tool_files()],
+                  "label": f"{model.name}/{graph.name}@{chip.tag}"}
+        yield {"name": f"{model.name}/{graph.name}@{chip.tag}",
+               "doc": f"{model.name}/{graph.name}@{chip.tag}: the route's binary == the EP's direct compile (md5)",
+               "file_dep": [src, ctx, binary, *families.tool_files(chip.family)], "meta": families.step_meta(chip.family),
                "targets": [record, log], "clean": True, "actions": [(run, (check, kwargs, log))],
                "uptodate": [config_changed({"options": options, "tool": tool})]}
 
@@ -134,7 +134,20 @@ def check(src: str, ctx: str, binary: str, options: dict, record: str, label: st
                           f"themselves too) in its config string or graph I/O")
     if not found["wrapper_identical"]:
         differ = sorted(k for k in wrapper[0] if wrapper[0][k] != wrapper[1][k])
-        raise StageFailed(f"{label}: the route's EPContext wrapper differs from the EP's in {', '.join(differ)}")
+        raise StageFailed(f"{label}: the route's EPContext wrapper differs from the EP's in {', '.join(differ)}: "
+                          + "; ".join(_differences(wrapper[0], wrapper[1])))
+
+
+def _differences(ours: dict, theirs: dict, where: str = "") -> list[str]:
+    """'metadata.ep_compatibility_info...: route 'v2:...' != EP '6:...'' for every field that differs."""
+    found = []
+    for k in sorted(set(ours) | set(theirs)):
+        a, b = ours.get(k, "(absent)"), theirs.get(k, "(absent)")
+        if isinstance(a, dict) and isinstance(b, dict):
+            found += _differences(a, b, f"{where}{k}.")
+        elif a != b:
+            found.append(f"{where}{k}: route {a!r} != EP {b!r}")
+    return found
 
 
 def _node(model) -> dict:

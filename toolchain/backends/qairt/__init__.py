@@ -76,10 +76,10 @@ class Backend(base.Backend):
                                              f"'{c_name(t.name)}' (non-word characters become '_'): rename one"))
         return found
 
-    def identity(self) -> dict:
+    def identity(self, chip=None) -> dict:
         return self.sdk.record()
 
-    def tool_files(self) -> list[str]:
+    def tool_files(self, chip=None) -> list[str]:
         return [self.sdk.host_lib(name) for name in ("libQnnHtp.so", "libQnnSystem.so")]
 
     def sdk_version(self) -> str:

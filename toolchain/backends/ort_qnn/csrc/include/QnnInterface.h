@@ -127,7 +127,8 @@ typedef struct {
   Qnn_ErrorHandle_t (*propertyHasCapability)(QnnProperty_Key_t);
   Qnn_ErrorHandle_t (*backendCreate)(Qnn_LogHandle_t, const QnnBackend_Config_t**, Qnn_BackendHandle_t*);
   void* backendSetConfig; void* backendGetApiVersion; void* backendGetBuildId;
-  void* backendRegisterOpPackage; void* backendGetSupportedOperations; void* backendValidateOpConfig;
+  void* backendRegisterOpPackage; void* backendGetSupportedOperations;
+  Qnn_ErrorHandle_t (*backendValidateOpConfig)(Qnn_BackendHandle_t, Qnn_OpConfig_t);   /* recorded by QAIRT 2.47 */
   Qnn_ErrorHandle_t (*backendFree)(Qnn_BackendHandle_t);
   Qnn_ErrorHandle_t (*contextCreate)(Qnn_BackendHandle_t, Qnn_DeviceHandle_t, const QnnContext_Config_t**,
                                      Qnn_ContextHandle_t*);

@@ -1,0 +1,261 @@
+"""QAIRT families (families.toml): which onnxruntime-qnn wheel carries which QAIRT, which runtime loads which binary,
+and one isolated environment per family a build uses (the `qairt_env` stage).
+
+The load rule, measured (qairt-families.md, tests/test_families.py): a QNN runtime loads binaries built with its own
+QAIRT or an older one and refuses any built with a newer one, even one release newer. So the user states the runtime
+the app ships (`[compile] runtime_qairt`) and the build picks the newest family at or below it."""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from toolchain.engine import paths
+from toolchain.qnn import compat
+from toolchain.engine.files import write_json
+from toolchain.engine.worker import StageFailed, in_process
+
+TABLE = Path(__file__).with_name("families.toml")
+VAR = "qairt"   # `doit qairt=2.49` (or a runtime version, or a comma list): this run's families, every embedded model
+# What a family's environment holds besides its wheel pair: what the build's steps import there (no torch), at the
+# versions of the build's own environment, so a step's Python code runs the same on every family.
+SHARED = ("onnx", "numpy", "doit", "packaging")
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str                 # "2.49": QAIRT major.minor
+    onnxruntime_qnn: str
+    onnxruntime: str
+    build_id: str             # what the family's libQnnHtp.so reports (and every binary it makes carries)
+    device_config_offset: int
+    wrapper: dict             # how the family's EP writes its EPContext wrapper (context.py WRAPPER)
+    default: bool = False     # the wheel of the build's own environment
+
+    @property
+    def version(self) -> str:
+        """'2.49.40': the QAIRT version without the build stamp (onnxruntime_qnn's qnn_version)."""
+        return ".".join(self.build_id.lstrip("v").split(".")[:3])
+
+    def identity(self) -> dict:
+        """The tool identity of the family's steps, as ep.version() gives the default's."""
+        return {"onnxruntime": self.onnxruntime, "onnxruntime-qnn": self.onnxruntime_qnn, "qairt": self.version}
+
+    def packages(self) -> list[str]:
+        return [f"onnxruntime-qnn=={self.onnxruntime_qnn}", f"onnxruntime=={self.onnxruntime}",
+                *[f"{name}=={metadata.version(name)}" for name in SHARED]]
+
+    def replay(self) -> dict:
+        """What the design card's per-chip step does differently for this family (compile.py, context.py)."""
+        return {"device_config_offset": self.device_config_offset, "wrapper": dict(self.wrapper)}
+
+    def record(self) -> dict:
+        """What a deployer needs first (toolchain/qnn/compat.py), as every manifest and bundle leads with it."""
+        return compat.requirement(self.build_id)
+
+
+@functools.cache
+def table() -> dict[str, Family]:
+    data = tomllib.loads(TABLE.read_text())
+    found = {}
+    for name, row in data.items():
+        if compat.family(name) != name:
+            raise ValueError(f"{TABLE}: [{name!r}]: a family is named major.minor")
+        found[name] = Family(name=name, **row)
+    if [f.name for f in found.values() if f.default] != [max(found, key=key)]:
+        raise ValueError(f"{TABLE}: the default family must be the newest, marked default = true")
+    return found
+
+
+key = compat.key   # families are compared by major.minor
+
+
+def default() -> Family:
+    return next(f for f in table().values() if f.default)
+
+
+def of_build_id(build_id: str | None) -> Family | None:
+    """The family a binary was built with, from its build id (None: not one of the table's)."""
+    if not build_id:
+        return None
+    try:
+        wanted = key(build_id)
+    except ValueError:
+        return None
+    return next((f for f in table().values() if key(f.name) == wanted), None)
+
+
+def for_runtime(runtime: str, where: str) -> Family:
+    """The newest family whose binaries a runtime of `runtime` loads; a runtime older than every family is one
+    line naming the ways out."""
+    try:
+        wanted = key(runtime)
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
+    usable = [f for f in table().values() if key(f.name) <= wanted]
+    if not usable:
+        oldest = min(table(), key=key)
+        raise ValueError(
+            f"{where}: {runtime}: a QNN runtime of QAIRT {runtime} refuses binaries of every QAIRT this build has "
+            f"({', '.join(table())}: the onnxruntime-qnn wheels; a runtime loads only binaries of its own or an older "
+            f"QAIRT); ways out: ship QNN runtime libraries of QAIRT >= {oldest} with the app, or build with a real "
+            f"QAIRT SDK of {runtime} (toolchain = \"qairt\", QNN_SDK_ROOT)")
+    return max(usable, key=lambda f: key(f.name))
+
+
+def resolve(runtime: str | None, listed, where: str) -> tuple[str, ...]:
+    """The families one model builds: `runtime_qairt` (one runtime) or `qairt` (several, each a runtime version or a
+    family); () = the default family only (today's build, nothing extra). Raises ValueError naming the field."""
+    if runtime is not None and listed is not None:
+        raise ValueError(f"{where}.runtime_qairt and {where}.qairt: give one (runtime_qairt = the runtime the app "
+                         "ships; qairt = a list of families to build)")
+    if runtime is not None:
+        names = [for_runtime(runtime, f"{where}.runtime_qairt").name]
+    elif listed is not None:
+        if not listed or not all(isinstance(v, str) for v in listed):
+            raise ValueError(f"{where}.qairt: expected a list of QAIRT versions, e.g. [\"2.49\", \"2.51\"]")
+        names = [for_runtime(v, f"{where}.qairt").name for v in listed]
+    else:
+        return ()
+    unique = tuple(dict.fromkeys(names))
+    return () if unique == (default().name,) else unique
+
+
+def parse_var(value: str) -> tuple[str, ...] | None:
+    """`qairt=2.49,2.51` / `qairt=all` on the command line: this run's families (None: not given)."""
+    if not value:
+        return None
+    if value == "all":
+        return tuple(table())
+    return resolve(None, value.split(","), f"command line: {VAR}={value}") or (default().name,)
+
+
+# ---- one environment per family ----------------------------------------------------------------------------
+
+def interpreter(family: Family) -> str:
+    return f"{paths.qairt_env_dir(family.name)}/venv/bin/python"
+
+
+def project_root() -> str:
+    """The folder holding the toolchain package: what a family's interpreter imports it from (PYTHONPATH)."""
+    return str(Path(__file__).resolve().parents[3])
+
+
+def environ(family: Family) -> dict:
+    """The environment of a step in the family's interpreter: nothing of the build's own site-packages."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    return {**env, "PYTHONPATH": project_root(), "PYTHONNOUSERSITE": "1"}
+
+
+def tag(name: str) -> str:
+    """What a task name adds for a non-default family: '+qairt2.49' ('' for the build's own)."""
+    return f"+qairt{name}" if name else ""
+
+
+def step_meta(name: str) -> dict:
+    """A task's meta for a step of family `name`: its own interpreter and environment (worker.run), so nothing of
+    the fork server's QAIRT (the default's) is in its process; {} for the build's own."""
+    if not name:
+        return {}
+    family = table()[name]
+    return {"python": interpreter(family), "python_env": environ(family)}
+
+
+def tool(name: str) -> dict:
+    """The tool identity a family's tasks are keyed on (the default's: the installed wheel's)."""
+    from toolchain.backends.ort_qnn import ep
+    return table()[name].identity() if name else ep.version()
+
+
+def tool_files(name: str) -> list[str]:
+    """What a family's tasks depend on as files: its environment's record (the default's: the wheel's libraries)."""
+    from toolchain.backends.ort_qnn import ep
+    return [paths.qairt_env(name)] if name else ep.library_files()
+
+
+def tasks(project):
+    for family in in_use(project):
+        folder, record = paths.qairt_env_dir(family.name), paths.qairt_env(family.name)
+        settings = {"family": family.record(), "packages": family.packages(), "python": sys.version.split()[0]}
+        yield {"name": family.name,
+               "doc": f"QAIRT {family.name}: its own Python environment (onnxruntime-qnn {family.onnxruntime_qnn}, "
+                      f"onnxruntime {family.onnxruntime}; no torch) under {folder}, build id checked",
+               "targets": [record], "clean": [(shutil.rmtree, (folder, True))],
+               "actions": [(in_process, (make_env, family.name, folder, record))],
+               "uptodate": [_env_intact(family), _settings(settings)]}
+
+
+def _settings(settings: dict):
+    from doit.tools import config_changed
+    return config_changed(settings)
+
+
+def _env_intact(family: Family):
+    """A removed or damaged environment is rebuilt (its record alone does not make it usable)."""
+    def check(task, values):
+        return os.access(interpreter(family), os.X_OK) and os.path.isfile(paths.qairt_env(family.name))
+    return check
+
+
+def in_use(project) -> list[Family]:
+    """The non-default families some model builds (the default one is the build's own environment)."""
+    names = dict.fromkeys(f for m in project.models for f in m.qairt if f)   # "": the build's own
+    return [table()[n] for n in names]
+
+
+PROBE = ("import json, onnxruntime_qnn, onnxruntime_qnn.build_and_package_info as info, onnxruntime as ort\n"
+         "from toolchain.qnn import qnnbin\n"   # ctypes in a process that never makes a session (the pitfall)
+         "print(json.dumps({'onnxruntime_qnn': info.__version__, 'qnn_version': info.qnn_version, "
+         "'onnxruntime': ort.__version__, 'htp': qnnbin.htp_build_id(), 'library': onnxruntime_qnn.__file__}))")
+
+
+def make_env(name: str, folder: str, record: str) -> None:
+    """A fresh venv with the family's pinned packages, then proof that its libQnnHtp.so is the family's."""
+    family = table()[name]
+    venv = Path(folder, "venv")
+    shutil.rmtree(venv, ignore_errors=True)
+    if os.path.exists(record):
+        os.unlink(record)
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    log = Path(folder, "env.log")
+    with open(log, "w") as out:
+        _step([sys.executable, "-m", "venv", str(venv)], out, f"QAIRT {name}: python -m venv failed")
+        pip = [str(venv / "bin/python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+               "--no-input", *family.packages()]
+        _step(pip, out, f"QAIRT {name}: pip could not install {' '.join(family.packages()[:2])} (is the package "
+                        "registry reachable?)", log)
+    probe = subprocess.run([interpreter(family), "-c", PROBE], capture_output=True, text=True, env=environ(family))
+    if probe.returncode:
+        raise StageFailed(f"QAIRT {name}: the new environment cannot load its wheel: "
+                          f"{(probe.stderr.strip().splitlines() or ['?'])[-1]} (log {log})")
+    found = json.loads(probe.stdout.strip().splitlines()[-1])
+    if found["htp"]["buildId"] != family.build_id:
+        raise StageFailed(f"QAIRT {name}: {found['library']}'s libQnnHtp.so reports {found['htp']['buildId']}, the "
+                          f"family table ({TABLE.name}) says {family.build_id}")
+    if not found["library"].startswith(str(venv.resolve())) and not found["library"].startswith(str(venv)):
+        raise StageFailed(f"QAIRT {name}: the environment imports onnxruntime_qnn from {found['library']}, not its own")
+    write_json(record, {"family": family.record(), "packages": family.packages(), "python": interpreter(family),
+                        "probe": found, "libraries": _libraries(found["library"])})
+
+
+def _step(argv: list[str], out, failure: str, log=None) -> None:
+    out.write(f"$ {' '.join(argv)}\n")
+    out.flush()
+    rc = subprocess.call(argv, stdout=out, stderr=subprocess.STDOUT)
+    if rc:
+        out.flush()
+        last = [line for line in Path(out.name).read_text(errors="replace").splitlines() if line.strip()]
+        raise StageFailed(f"{failure}: {last[-1] if last else f'exit {rc}'} (log {log or out.name})")
+
+
+def _libraries(package_init: str) -> dict:
+    """Sizes of the family's QNN libraries: the environment's record changes when they do."""
+    folder = Path(package_init).parent
+    return {p.name: p.stat().st_size for p in sorted(folder.glob("lib*.so"))}
