@@ -39,7 +39,7 @@ class Backend(ABC):
         return []
 
     @abstractmethod
-    def sdk_version(self) -> str:
+    def sdk_version(self, chip=None) -> str:
         """The QAIRT version of the compiler: the runtime libraries must come from the same family."""
 
     def sdk_root(self) -> str | None:

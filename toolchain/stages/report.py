@@ -7,7 +7,7 @@ import os
 from toolchain.engine import paths
 from toolchain.engine.files import atomic_path, read_json
 from toolchain.engine.worker import in_process
-from toolchain.stages import manifest, report_html
+from toolchain.stages import families, manifest, report_html
 
 COLUMNS = ("model", "chip", "arch", "precision", "binaries MB", "compile s", "parity max abs",
            "parity task", "sim max rel", "sim task (default)", "sim task (full)", "verify s", "SDK")
@@ -104,6 +104,10 @@ def write(manifests: list[str], out: str, runs: list[str] = ()):
     graphs = qnn_rows(records)
     if graphs:
         text += "\n## QNN graphs (convert: what each graph became on the NPU)\n\n" + table(graphs, QNN)
+    builds = families.rows(records)
+    if builds:
+        text += ("\n## QAIRT families (one model and chip built with several; a runtime loads its own family's "
+                 "binaries and older ones)\n\n" + table(builds, families.COLUMNS))
     with atomic_path(out) as tmp:
         tmp.write_text(text)
     print(text)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from html import escape
 
 from toolchain.engine.files import atomic_path, read_json
+from toolchain.stages import families as family_table
 
 CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222}
 table{border-collapse:collapse;margin:12px 0 28px}th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;
@@ -32,7 +33,18 @@ def page(records: list[dict]) -> str:
             f"<p>{len(records)} binary sets: {len(models)} model(s) on "
             f"{len({r['chip']['name'] for r in records})} chip(s). Every row passed its checks "
             f"(a failed check leaves no manifest).</p>{charts}"
-            f"<table><tr>{''.join(f'<th>{h}</th>' for h in heads)}</tr>{body}</table></body></html>\n")
+            f"<table><tr>{''.join(f'<th>{h}</th>' for h in heads)}</tr>{body}</table>{families(records)}"
+            "</body></html>\n")
+
+
+def families(records: list[dict]) -> str:
+    """The report's QAIRT-family comparison (stages/families.py), where some model and chip has several."""
+    rows = family_table.rows(records)
+    if not rows:
+        return ""
+    head = "".join(f"<th>{escape(h)}</th>" for h in family_table.COLUMNS)
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<h2>QAIRT families</h2><table><tr>{head}</tr>{body}</table>"
 
 
 def sim_error(record: dict) -> float:

@@ -181,7 +181,7 @@ class Replay:
 def compose(model_lib: str, weights: str, chip: dict, settings: dict,
             device_config_offset: int = DEVICE_CONFIG_OFFSET) -> Replay:
     """Run the model library's recorded graph into libQnnHtp.so for `chip`; the replay holds the binary."""
-    lib = C.CDLL(model_lib)
+    lib = C.CDLL(model_lib)   # not libQnnHtp itself: the model library gets its table from Replay
     lib.qnc_compose.restype = C.c_int
     lib.qnc_compose.argtypes = [C.c_char_p, _PROVIDERS]
     replay = Replay(chip, settings, device_config_offset)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from toolchain.backends.ort_qnn import ep
 from toolchain.engine import paths
 from toolchain.qnn import compat
 from toolchain.engine.files import write_json
@@ -114,8 +115,8 @@ def resolve(runtime: str | None, listed, where: str) -> tuple[str, ...]:
     """The families one model builds: `runtime_qairt` (one runtime) or `qairt` (several, each a runtime version or a
     family); () = the default family only (today's build, nothing extra). Raises ValueError naming the field."""
     if runtime is not None and listed is not None:
-        raise ValueError(f"{where}.runtime_qairt and {where}.qairt: give one (runtime_qairt = the runtime the app "
-                         "ships; qairt = a list of families to build)")
+        raise ValueError(f"{where}.runtime_qairt / {where.rsplit(': ', 1)[-1]}.qairt: give one (runtime_qairt = the "
+                         "runtime the app ships; qairt = a list of families to build)")
     if runtime is not None:
         names = [for_runtime(runtime, f"{where}.runtime_qairt").name]
     elif listed is not None:
@@ -134,7 +135,8 @@ def parse_var(value: str) -> tuple[str, ...] | None:
         return None
     if value == "all":
         return tuple(table())
-    return resolve(None, value.split(","), f"command line: {VAR}={value}") or (default().name,)
+    where = f"command line: {VAR}={value}"
+    return tuple(dict.fromkeys(for_runtime(v, where).name for v in value.split(",")))
 
 
 # ---- one environment per family ----------------------------------------------------------------------------
@@ -170,13 +172,11 @@ def step_meta(name: str) -> dict:
 
 def tool(name: str) -> dict:
     """The tool identity a family's tasks are keyed on (the default's: the installed wheel's)."""
-    from toolchain.backends.ort_qnn import ep
     return table()[name].identity() if name else ep.version()
 
 
 def tool_files(name: str) -> list[str]:
     """What a family's tasks depend on as files: its environment's record (the default's: the wheel's libraries)."""
-    from toolchain.backends.ort_qnn import ep
     return [paths.qairt_env(name)] if name else ep.library_files()
 
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 
+from toolchain.backends.ort_qnn import ep
 from toolchain.engine.worker import StageFailed
 
 MARK = "QNC-FAMILYRUN "
@@ -62,8 +63,6 @@ def _answer(child, ctx_model: str) -> str:
 
 def main(ctx_model: str, options: str) -> int:
     import numpy as np
-
-    from toolchain.backends.ort_qnn import ep
     try:
         run = ep.simulator(ctx_model, json.loads(options))
         import onnx

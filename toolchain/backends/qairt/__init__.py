@@ -82,7 +82,7 @@ class Backend(base.Backend):
     def tool_files(self, chip=None) -> list[str]:
         return [self.sdk.host_lib(name) for name in ("libQnnHtp.so", "libQnnSystem.so")]
 
-    def sdk_version(self) -> str:
+    def sdk_version(self, chip=None) -> str:
         return self.sdk.build_id
 
     def sdk_root(self) -> str | None:
