@@ -31,27 +31,38 @@ def main() -> int:
     parser.add_argument("--model", required=True)
     parser.add_argument("--chip", default="SM8750")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    parser.add_argument("--extra", action="store_true", help="the model is in models/extra (doit extra=1)")
     args = parser.parse_args()
     own = families.default().name
     tags = {name: "" if name == own else f"+qairt{name}" for name in families.table()}
     wanted = [f"manifest:{args.model}@{args.chip}{tag}" for tag in tags.values()]
     load = os.getloadavg()
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "doit", "-n", "1", "qairt=all", *wanted], cwd=ROOT,
+    # --continue: a family that cannot build the model is a result of the matrix, not the end of it
+    done = subprocess.run([sys.executable, "-m", "doit", "-n", "1", "--continue", "qairt=all",
+                           *(["extra=1"] if args.extra else []), *wanted], cwd=ROOT,
                           capture_output=True, text=True)
     wall = time.monotonic() - started
-    if done.returncode:
-        print(done.stdout[-4000:], done.stderr[-4000:], sep="\n")
-        return done.returncode
+    failures = _failures(done.stdout + done.stderr)
     folder = f"build/{args.model}/ort-qnn"
-    manifests = {name: json.loads((ROOT / f"{folder}{'' if not tag else '-qairt' + name}/{args.chip}/manifest.json")
-                                  .read_text()) for name, tag in tags.items()}
+    manifests, why = {}, {}
+    for name, tag in tags.items():
+        why[name] = [f"{task}: {f}" for task, f in failures.items() if (tag in task if tag else "+qairt" not in task)]
+        path = ROOT / f"{folder}{'-qairt' + name if tag else ''}/{args.chip}/manifest.json"
+        if path.is_file() and not why[name]:
+            manifests[name] = json.loads(path.read_text())
     rows = family_table.rows(list(manifests.values()))
+    for name in tags:   # a family that did not build it: why, in the table too
+        if name not in manifests:
+            rows.append([args.model, args.chip, name, families.table()[name].build_id, *["-"] * 7,
+                         "does not build: " + ("; ".join(why[name]) or "no manifest")])
+    rows.sort(key=lambda r: r[2])
     durations = _durations(args.model, args.chip, tags)
     result = {"model": args.model, "chip": args.chip, "wall_seconds": round(wall, 1), "load_average_at_start": load,
               "load_average_at_end": os.getloadavg(), "executed": [line[3:] for line in done.stdout.splitlines()
                                                                    if line.startswith(".  ")],
               "columns": list(family_table.COLUMNS), "rows": rows, "task_seconds": durations,
+              "failures": failures,
               "families": {name: {"build_id": m["sdk"]["build_id"], "tool": m["tools"]["compiler"],
                                   "binaries": {g: {k: b[k] for k in ("bytes", "sha256", "compile_seconds")}
                                                for g, b in m["binaries"].items()},
@@ -60,15 +71,25 @@ def main() -> int:
                            for name, m in manifests.items()}}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"qairt-matrix-{args.model}-{args.chip}"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    stem = f"qairt-matrix-{args.model}-{args.chip}"   # the model name may hold dots: no with_suffix
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     text = (f"# {args.model} on {args.chip}, every QAIRT family\n\n{table(rows, family_table.COLUMNS)}\n"
-            f"`python bench/qairt_matrix.py --model {args.model} --chip {args.chip}`: wall {wall:.0f} s for "
+            f"`python bench/qairt_matrix.py --model {args.model} --chip {args.chip}{' --extra' * args.extra}`: "
+            f"wall {wall:.0f} s for "
             f"{len(result['executed'])} tasks, load average {load[0]:.2f} at the start, "
             f"{result['load_average_at_end'][0]:.2f} at the end.\n")
-    stem.with_suffix(".md").write_text(text)
+    (out / f"{stem}.md").write_text(text)
     print(text)
     return 0
+
+
+def _failures(text: str) -> dict:
+    """{task: its one-line failure} from doit's output (TaskFailed - taskid:<task> then the message line)."""
+    found, lines = {}, text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("TaskFailed - taskid:") and i + 1 < len(lines):
+            found[line[len("TaskFailed - taskid:"):].strip()] = lines[i + 1].strip()
+    return found
 
 
 def _durations(model: str, chip: str, tags: dict) -> dict:
