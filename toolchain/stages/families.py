@@ -33,16 +33,17 @@ def rows(manifests: list[dict]) -> list[list[str]]:
             if s["bytes"] > BIGGER * best["bytes"]:
                 flags.append(f"binaries {s['bytes'] / best['bytes']:.2f}x the best")
             rows.append([model, chip, s["family"], m["sdk"]["build_id"] or "?", f"{s['bytes'] / 1e6:.2f}",
-                         " + ".join(f"{b['compile_seconds']:.1f}" for b in m["binaries"].values()),
-                         " + ".join(f"{t:.3g}" for t in s["calls"]), f"{s['max_rel']:.3g}", f"{s['cosine']:.6f}",
+                         ", ".join(f"{g} {b['compile_seconds']:.1f}" for g, b in m["binaries"].items()),
+                         ", ".join(f"{g} {t:.3g}" for g, t in s["calls"].items()), f"{s['max_rel']:.3g}",
+                         f"{s['cosine']:.6f}",
                          m["verify"]["default"].get("task", {}).get("summary", "-"), "; ".join(flags) or "ok"])
     return rows
 
 
 def _family_stats(m: dict) -> dict:
     tensors = m["verify"]["default"]["tensors"]
-    calls = [t.get("seconds_per_call") or 0.0 for t in tensors.values()]
+    calls = {g: t.get("seconds_per_call") or 0.0 for g, t in tensors.items()}
     return {"family": (m.get("qnn_runtime") or {}).get("qairt_family") or "?",
-            "bytes": sum(b["bytes"] for b in m["binaries"].values()), "calls": calls, "per_call": sum(calls),
+            "bytes": sum(b["bytes"] for b in m["binaries"].values()), "calls": calls, "per_call": sum(calls.values()),
             "max_rel": max(t["max_rel"] for t in tensors.values()),
             "cosine": min(t.get("cosine", 1.0) for t in tensors.values())}

@@ -39,8 +39,8 @@ class _Custom(C.Structure):
     _fields_ = [("option", C.c_uint32), ("_align", C.c_uint32), ("value", _Pair), ("_rest", C.c_uint64)]
 
 
-# Where a device custom config's union starts: offset 8 in QAIRT 2.51, 4 in the families before it (their union holds
-# no pointer), measured per family by the oracle (families.toml device_config_offset).
+# Where a device custom config's value sits: offset 8 (QAIRT 2.47, 2.48, 2.50, 2.51), 4 in QAIRT 2.49, whose
+# libQnnHtp.so refuses the SoC config at 8 (14001); measured per family by the oracle (families.toml).
 DEVICE_CONFIG_OFFSET = 8
 
 

@@ -167,8 +167,10 @@ def _checked_session(src: str, options: dict, config: dict, what: str) -> None:
         cpu = cpu_nodes(src, {k: v for k, v in options.items() if k != "qnn_saver_path"})
         if cpu:
             listed = ", ".join(f"{name or '<unnamed>'} ({op})" for name, op in cpu)
+            hint = ("; a GELU exported at opset 18 is Erf, which the QNN EPs of QAIRT 2.47-2.49 leave on the CPU: "
+                    "export at opset 20 (one Gelu node, every family takes it)") if any(op == "Erf" for _, op in cpu) else ""
             raise StageFailed(f"{src}: {len(cpu)} node(s) would run on the CPU, not the HTP: {listed}; "
-                              f"fix them in the export (replace or rewrite these ops)") from None
+                              f"fix them in the export (replace or rewrite these ops){hint}") from None
         raise StageFailed(f"{src}: {what} failed: {str(err).strip().splitlines()[-1]}") from None
 
 

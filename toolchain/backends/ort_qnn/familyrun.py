@@ -3,7 +3,7 @@ model's own code and its CPU reference) hands each call's feeds to a child proce
 which holds one EP session on the compiled EPContext model. Nothing of the family loads into the caller's process,
 nothing of the build's own QAIRT into the child's.
 
-`python -m toolchain.backends.ort_qnn.familyrun CTX_MODEL OPTIONS_JSON`: answers one line per request on stdin (the
+The child (CHILD, arguments CTX_MODEL OPTIONS_JSON) answers one line per request on stdin (the
 path of an .npz of feeds) with the path of an .npz of outputs; lines it prints start with MARK (the QNN libraries
 print their own lines on stdout too)."""
 from __future__ import annotations
@@ -18,13 +18,15 @@ from toolchain.backends.ort_qnn import ep
 from toolchain.engine.worker import StageFailed
 
 MARK = "QNC-FAMILYRUN "
+# the child's entry (not `-m`: the package imports this module first, and runpy warns about running it again)
+CHILD = "import sys; from toolchain.backends.ort_qnn.familyrun import main; sys.exit(main(*sys.argv[1:]))"
 
 
 def simulator(ctx_model: str, options: dict, python: str, env: dict):
     """run(feeds) -> outputs for `ctx_model` on the simulator of the family whose interpreter is `python`."""
     import numpy as np
     scratch = tempfile.mkdtemp(prefix="familyrun.")
-    child = subprocess.Popen([python, "-m", __name__, ctx_model, json.dumps(options)], stdin=subprocess.PIPE,
+    child = subprocess.Popen([python, "-c", CHILD, ctx_model, json.dumps(options)], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True, env=env, cwd=os.getcwd())
     first = _answer(child, ctx_model)
     names = json.loads(first)

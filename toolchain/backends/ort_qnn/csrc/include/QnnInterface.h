@@ -119,6 +119,9 @@ QNC_CONFIG(QnnDevice_Config_t);
 QNC_CONFIG(QnnContext_Config_t);
 QNC_CONFIG(QnnGraph_Config_t);
 
+/* what a recording only passes on: never looked into here */
+typedef struct QncDevicePlatformInfo QnnDevice_PlatformInfo_t;
+
 /* ---- the interface table: QnnInterface_t with its function table, in the documented order ---- */
 typedef struct { uint32_t major, minor, patch; } Qnn_Version_t;
 typedef struct { Qnn_Version_t coreApiVersion; Qnn_Version_t backendApiVersion; } Qnn_ApiVersion_t;
@@ -147,7 +150,8 @@ typedef struct {
   void* profileCreate; void* profileSetConfig; void* profileGetEvents; void* profileGetSubEvents;
   void* profileGetEventData; void* profileGetExtendedEventData; void* profileFree;
   void* memRegister; void* memDeRegister;
-  void* deviceGetPlatformInfo; void* deviceFreePlatformInfo;
+  Qnn_ErrorHandle_t (*deviceGetPlatformInfo)(Qnn_LogHandle_t, const QnnDevice_PlatformInfo_t**);   /* QAIRT 2.47, 2.48 */
+  Qnn_ErrorHandle_t (*deviceFreePlatformInfo)(Qnn_LogHandle_t, const QnnDevice_PlatformInfo_t*);
   Qnn_ErrorHandle_t (*deviceGetInfrastructure)(QnnDevice_Infrastructure_t*);
   Qnn_ErrorHandle_t (*deviceCreate)(Qnn_LogHandle_t, const QnnDevice_Config_t**, Qnn_DeviceHandle_t*);
   void* deviceSetConfig; void* deviceGetInfo;
