@@ -171,7 +171,7 @@ def two(tmp_path_factory):
     p = Project(tmp_path_factory.mktemp("families") / "proj")
     p.add_tiny(**{'chips = ["SM8550", "SM8750"]': 'chips = ["SM8750"]',
                   "[parity]": f'[compile]\nqairt = ["{OLDER}", "2.51"]\n\n[parity]'})
-    rc, executed, text = p.run("manifest", "oracle", "chip_index")
+    rc, executed, text = p.run("manifest", "oracle", "chip_index", "report")
     assert rc == 0, text
     return p, executed
 
@@ -192,6 +192,34 @@ def test_both_families_build_and_verify_side_by_side_each_recording_its_own(two)
         assert oracle["status"] == "identical" and oracle["wrapper_identical"]   # the route == that family's EP
     log = (p.root / f"build/tiny/ort-qnn-qairt{OLDER}/SM8750/net.compile.log").read_text()
     assert f"# in build/qairt/{OLDER}/venv/bin/python" in log   # its own interpreter, not the fork server
+
+
+def test_the_report_compares_the_families_of_one_model_and_chip(two):
+    p, _ = two
+    text = (p.root / "build/report.md").read_text()
+    section = text.split("## QAIRT families", 1)[1]
+    rows = [line for line in section.splitlines() if line.startswith("| tiny | SM8750 |")]
+    assert [r.split(" | ")[2] for r in rows] == [OLDER, "2.51"], section
+    assert "QAIRT families" in (p.root / "build/report.html").read_text()
+
+
+def test_a_family_worse_than_the_best_is_flagged():
+    from toolchain.stages import families as table
+
+    def manifest(family, max_rel, per_call, size):
+        return {"model": "m", "chip": {"name": "SM8750"}, "qnn_runtime": {"qairt_family": family},
+                "sdk": {"build_id": f"v{family}.0.1"},
+                "binaries": {"g": {"bytes": size, "compile_seconds": 1.0}},
+                "verify": {"default": {"checks": {"max_rel": 0.05, "min_cosine": 0.99},
+                                       "tensors": {"g": {"max_rel": max_rel, "cosine": 0.999,
+                                                         "seconds_per_call": per_call}}}}}
+    rows = table.rows([manifest("2.49", 0.09, 3.0, 100), manifest("2.51", 0.01, 1.0, 100),
+                       manifest("2.50", 0.02, 1.2, 120)])
+    flags = {r[2]: r[-1] for r in rows}
+    assert flags["2.51"] == "ok"
+    assert "tensor error +0.08 over the best" in flags["2.49"] and "simulator 3.0x the best" in flags["2.49"]
+    assert flags["2.50"] == "binaries 1.20x the best"   # 0.01 worse and 1.2x slower: within the bounds
+    assert table.rows([manifest("2.51", 0.01, 1.0, 100)]) == []   # one family: nothing to compare
 
 
 def test_the_load_rule_newer_runtime_loads_older_binary_older_refuses_newer(two):

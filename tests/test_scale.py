@@ -284,6 +284,38 @@ def test_a_stage_limit_caps_concurrent_steps(tmp_path, monkeypatch):
         assert peak[0] == slots, stage
 
 
+def test_every_simulator_stage_holds_a_slot_of_one_pool(project, monkeypatch):
+    """Default verify, full verify, diagnose and the sherpa gates: never two simulators at once on 2 cores."""
+    from toolchain import pipeline, project as project_mod
+    sims = {s.name for s in pipeline.STAGES if s.pool == pipeline.SIMULATOR}
+    assert sims == {"verify", "verify_full", "diagnose", "sherpa", "sherpa_full"}
+    project.add_tiny()
+    monkeypatch.chdir(project.root)
+    variables = {"slots": pipeline.default_slots(jobs=2, memory=24), "workers": "fork", "rehash": False}
+    made = pipeline.task_creators(project_mod.load("models"), variables)
+    tasks = [t for stage in ("verify", "verify_full", "diagnose") for t in made[f"task_{stage}"]()
+             if "@SM8750" in t["name"]]
+    assert {t["meta"]["pool"] for t in tasks} == {"simulator"} and {t["meta"]["slots"] for t in tasks} == {1}
+    running, peak, lock = [0], [0], threading.Lock()
+
+    def step():
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.2)
+        with lock:
+            running[0] -= 1
+    class Task:   # what limits.call reads of a doit task: its name and meta
+        def __init__(self, name, meta):
+            self.name, self.meta = name, meta
+    steps = [threading.Thread(target=limits.call, args=(Task(t["name"], t["meta"]), step)) for t in tasks]
+    for t in steps:
+        t.start()
+    for t in steps:
+        t.join()
+    assert len(steps) == 3 and peak[0] == 1   # three stages, one simulator at a time
+
+
 @pytest.mark.parametrize("variables, message", [
     (["limits=compile=2"], "limits=: 'compile=2' is not <stage>:<slots>"),
     (["limits=compil:2"], "no stage 'compil'; did you mean 'compile'?"),

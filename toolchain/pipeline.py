@@ -51,6 +51,9 @@ def _both(first, second, project):
 
 
 COMPILERS = _compiler_stages()
+# Every stage that runs the x86 HTP simulator holds a slot of one pool: a full-tier verify beside a default one, or
+# the sherpa gate beside a verify, would be two ~2-thread simulators fighting over 2 cores.
+SIMULATOR = "simulator"
 STAGES = (
     Stage("checkpoint", checkpoint.tasks, "Pinned original checkpoint -> PyTorch checkpoint, per model.", "model"),
     Stage("export", export.tasks, "Checkpoint -> static-shape ONNX, per graph.", "graph"),
@@ -60,12 +63,12 @@ STAGES = (
     Stage("calibrate", calibrate.tasks, "Real calibration inputs (raw files + input list), per w8a16 graph.", "graph"),
     *COMPILERS,   # each compiler's own stages: graph -> context binary per chip, read back
     Stage("verify", functools.partial(verify.tasks, tier="default"),
-          "HTP simulator vs CPU ONNX, default tier, per model and chip.", "model@chip", threads=2),
+          "HTP simulator vs CPU ONNX, default tier, per model and chip.", "model@chip", threads=2, pool=SIMULATOR),
     Stage("verify_full", functools.partial(verify.tasks, tier="full"),
           "HTP simulator vs CPU ONNX on every clip (WER), per model and chip; opt-in.", "model@chip", default=False,
-          threads=2),
+          threads=2, pool=SIMULATOR),
     Stage("diagnose", diagnose.tasks, "The first op whose simulator output departs from the CPU, per model and "
-          "chip; on demand (a failed verify names it).", "model@chip", default=False, threads=2),
+          "chip; on demand (a failed verify names it).", "model@chip", default=False, threads=2, pool=SIMULATOR),
     Stage("manifest", manifest.tasks, "JSON record next to each chip's binaries, per model and chip.", "model@chip"),
     Stage("runtime", runtime_libs.tasks, "QNN runtime libraries an app ships (names, versions, license terms), "
           "per toolchain and chip.", "toolchain@chip", default=False),
@@ -73,10 +76,10 @@ STAGES = (
           "holds), per model and chip.", "model@chip", default=False),
     Stage("sherpa", functools.partial(sherpa_run.tasks, tier="default"),
           "sherpa-onnx's Whisper loop on the unpacked sherpa bundle via the QNN C API, default tier, per model and chip.",
-          "model@chip", threads=2),
+          "model@chip", threads=2, pool=SIMULATOR),
     Stage("sherpa_full", functools.partial(sherpa_run.tasks, tier="full"),
           "sherpa-onnx's Whisper loop on every clip of the bundle (WER), per model and chip; opt-in.", "model@chip",
-          threads=2),
+          threads=2, pool=SIMULATOR),
     Stage("report", report.tasks, "Summary table of the whole build.", "build"),
     Stage("chip_index", selector.tasks, "build/chip-index.json: chip -> soc id -> arch -> bundle -> sha256, for the "
           "app's NPU-or-CPU choice.", "build", default=False),
@@ -132,7 +135,8 @@ def task_creators(project, variables: dict) -> dict:
     made = {}
     for stage in STAGES:
         tasks = stage.tasks(project)
-        meta = {"slots": variables["slots"].get(stage.name, 0), "workers": variables["workers"]}
+        meta = {"slots": variables["slots"].get(stage.name, 0), "pool": stage.pool or stage.name,
+                "workers": variables["workers"]}
         made[stage.name] = _engine(tasks, meta, variables["rehash"]) if isinstance(tasks, dict) else \
             [_engine(t, meta, variables["rehash"]) for t in tasks]
     creators = {f"task_{s.name}": _creator(made[s.name], s.doc) for s in STAGES}

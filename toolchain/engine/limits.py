@@ -80,6 +80,8 @@ def slot(stage: str, slots: int):
 
 
 def call(task, function, *args):
-    """function(*args) inside a slot of the task's stage (the part of its name before ':')."""
-    with slot(task.name.split(":")[0], (task.meta or {}).get("slots", 0)):
+    """function(*args) inside a slot of the task's pool (stages may share one: meta["pool"]), else of its stage
+    (the part of its name before ':')."""
+    meta = task.meta or {}
+    with slot(meta.get("pool") or task.name.split(":")[0], meta.get("slots", 0)):
         return function(*args)

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import re
 
-VERSION = re.compile(r"^v?(\d+)\.(\d+)(\.\d+)*$")
+VERSION = re.compile(r"^v?(\d+)\.(\d+)(?!\d)")   # a build id may carry more: v2.40.0.251030-standin
 # The QNN runtime libraries sherpa-onnx's released apps ship (qnn-libs-2.40.0.251030, sherpa-qnn.md)
 SHERPA_APPS = "2.40.0.251030"
 
 
 def family(version: str | None) -> str | None:
     """'v2.51.0.260929181845', '2.49.40' or '2.49' -> '2.51' / '2.49'; None when it is not a QAIRT version."""
-    found = VERSION.match((version or "").strip())
+    found = VERSION.match((version or "").strip())   # the major.minor it starts with
     return f"{found.group(1)}.{found.group(2)}" if found else None
 
 

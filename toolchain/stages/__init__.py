@@ -21,6 +21,7 @@ class Stage:
     default: bool = True       # part of a plain `doit` (and of the model:/chip: aliases)
     threads: int = 1           # cores one step keeps busy (the x86 HTP simulator runs ~2 threads)
     memory_gb: float = 0.5     # peak memory of one step, measured (limits.slots_for sizes the slots from both)
+    pool: str = ""             # stages whose steps share one set of slots (every simulator stage: "simulator")
 
     def __post_init__(self):
         if self.scope not in SCOPES:
