@@ -266,22 +266,29 @@ def test_a_stage_limit_caps_concurrent_steps(tmp_path, monkeypatch):
     configured = limits.configured({"compile": 3}, ("compile", "verify", "export"))
     assert configured == {"compile": 1, "verify": 2}   # the environment over the stage's default
     for stage, slots in (("compile", 1), ("verify", 2), ("export", 4)):
-        running, peak, lock = [0], [0], threading.Lock()
-
-        def step():
+        def inside(step, stage=stage):
             with limits.slot(stage, configured.get(stage, 0)):
-                with lock:
-                    running[0] += 1
-                    peak[0] = max(peak[0], running[0])
-                time.sleep(0.2)
-                with lock:
-                    running[0] -= 1
-        threads = [threading.Thread(target=step) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert peak[0] == slots, stage
+                step()
+        assert _peak([inside] * 4) == slots, stage
+
+
+def _peak(runners) -> int:
+    """Run each runner(step) in its own thread at once; the most steps that were inside at one time."""
+    running, peak, lock = [0], [0], threading.Lock()
+
+    def step():
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.2)
+        with lock:
+            running[0] -= 1
+    threads = [threading.Thread(target=run, args=(step,)) for run in runners]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return peak[0]
 
 
 def test_every_simulator_stage_holds_a_slot_of_one_pool(project, monkeypatch):
@@ -296,24 +303,11 @@ def test_every_simulator_stage_holds_a_slot_of_one_pool(project, monkeypatch):
     tasks = [t for stage in ("verify", "verify_full", "diagnose") for t in made[f"task_{stage}"]()
              if "@SM8750" in t["name"]]
     assert {t["meta"]["pool"] for t in tasks} == {"simulator"} and {t["meta"]["slots"] for t in tasks} == {1}
-    running, peak, lock = [0], [0], threading.Lock()
-
-    def step():
-        with lock:
-            running[0] += 1
-            peak[0] = max(peak[0], running[0])
-        time.sleep(0.2)
-        with lock:
-            running[0] -= 1
     class Task:   # what limits.call reads of a doit task: its name and meta
         def __init__(self, name, meta):
             self.name, self.meta = name, meta
-    steps = [threading.Thread(target=limits.call, args=(Task(t["name"], t["meta"]), step)) for t in tasks]
-    for t in steps:
-        t.start()
-    for t in steps:
-        t.join()
-    assert len(steps) == 3 and peak[0] == 1   # three stages, one simulator at a time
+    runners = [lambda step, t=t: limits.call(Task(t["name"], t["meta"]), step) for t in tasks]
+    assert len(runners) == 3 and _peak(runners) == 1   # three stages, one simulator at a time
 
 
 @pytest.mark.parametrize("variables, message", [

@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from doit.tools import config_changed
+
 from toolchain.backends.ort_qnn import ep
 from toolchain.engine import paths
-from toolchain.qnn import compat
 from toolchain.engine.files import write_json
 from toolchain.engine.worker import StageFailed, in_process
+from toolchain.qnn import compat
 
 TABLE = Path(__file__).with_name("families.toml")
 VAR = "qairt"   # `doit qairt=2.49` (or a runtime version, or a comma list): this run's families, every embedded model
@@ -189,12 +191,7 @@ def tasks(project):
                       f"onnxruntime {family.onnxruntime}; no torch) under {folder}, build id checked",
                "targets": [record], "clean": [(shutil.rmtree, (folder, True))],
                "actions": [(in_process, (make_env, family.name, folder, record))],
-               "uptodate": [_env_intact(family), _settings(settings)]}
-
-
-def _settings(settings: dict):
-    from doit.tools import config_changed
-    return config_changed(settings)
+               "uptodate": [_env_intact(family), config_changed(settings)]}
 
 
 def _env_intact(family: Family):
