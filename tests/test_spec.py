@@ -1,4 +1,7 @@
 """Bad specs: one clear message naming the file and the field; nothing already built is touched."""
+import shutil
+from pathlib import Path
+
 import pytest
 
 from toolchain.spec import chips
@@ -55,3 +58,58 @@ def test_a_bad_spec_stops_doit_with_exit_3_and_damages_nothing(project):
     assert "ERROR: models/tiny.toml: chips: unknown chip 'SM8765'; did you mean 'SM8750'?" in result.stderr
     assert "Traceback" not in result.stderr
     assert project.build_state() == before
+
+
+STREAMING = Path(__file__).parent / "fixtures" / "streaming"
+STATE_LINE = 'state = { new_cached_key_0 = "cached_key_0", '
+
+
+@pytest.mark.parametrize("old,new,expected", [
+    (STATE_LINE, 'state = { new_cached_key_0 = "cached_conv_0", ', "graphs.encoder.state.new_cached_key_0: output "
+     "new_cached_key_0 [1, 16, 64] float32 cannot feed input cached_conv_0 [1, 64, 4] float32"),
+    ('new_cached_val_0 = "cached_val_0"', 'new_cached_val_0 = "cached_key_0"',
+     "graphs.encoder.state.new_cached_val_0: input 'cached_key_0' is fed by two outputs"),
+    (STATE_LINE, 'state = { encoder_oops = "cached_key_0", ', "graphs.encoder.state.encoder_oops: no output"),
+    (', new_processed_lens = "processed_lens" }', ' }', "graphs.encoder.stream.input: input(s) processed_lens are "
+     "neither the stream nor fed by a state output"),
+    ("chunk = 35, hop = 32", "chunk = 34, hop = 32", "graphs.encoder.stream.chunk: context 0 + chunk 34 must be "
+     "the size of x on axis 2 (35)"),
+    ("axis = 2", "axis = 3", "graphs.encoder.stream.axis: 3 is out of range for x [1, 80, 35]"),
+    ('stream = { input = "x", axis = 2, chunk = 35, hop = 32, context = 0 }', "",
+     "graphs.encoder.state: a graph with state pairs declares how a stream is cut into calls"),
+    ("checks.encoder_out = { max_abs = 0.05, max_rel = 0.02 }", "checks.encoder_outt = { max_abs = 0.05 }",
+     "graphs.encoder.checks.encoder_outt: no output 'encoder_outt'"),
+    ("checks.encoder_out = { max_abs = 0.05, max_rel = 0.02 }", 'checks.encoder_out = { judged_by = "metric" }',
+     "graphs.encoder.checks.encoder_out.reason: missing required field"),
+    ("checks.encoder_out = { max_abs = 0.05, max_rel = 0.02 }",
+     'checks.encoder_out = { judged_by = "metric", reason = "tokens", max_abs = 1 }',
+     "graphs.encoder.checks.encoder_out.max_abs: judged_by = \"metric\" and a bound exclude each other"),
+    ("checks.encoder_out = { max_abs = 0.05, max_rel = 0.02 }", "checks.encoder_out = { max_abs = -1 }",
+     "graphs.encoder.checks.encoder_out.max_abs: expected a finite number >= 0"),
+    ("checks.encoder_out = { max_abs = 0.05, max_rel = 0.02 }", "checks.encoder_out = { max_abss = 1 }",
+     "graphs.encoder.checks.encoder_out.max_abss: unknown key; did you mean 'max_abs'?"),
+    ("checks.encoder_out = { max_abs = 0.05, max_rel = 0.02 }", "checks.encoder_out = {}",
+     "graphs.encoder.checks.encoder_out: give max_abs, max_rel and/or min_cosine"),
+    ("checks.encoder_out = { max_abs = 0.05, max_rel = 0.02 }", "checks.encoder_out = { min_cosine = 1.5 }",
+     "graphs.encoder.checks.encoder_out.min_cosine: a cosine similarity is at most 1"),
+])
+def test_bad_state_stream_or_check_names_file_and_field(tmp_path, old, new, expected):
+    """State pairs, stream geometry and per-output checks are validated at load like every field."""
+    shutil.copytree(STREAMING, tmp_path / "m", ignore=shutil.ignore_patterns("__pycache__"))
+    toml = tmp_path / "m" / "streaming.toml"
+    text = toml.read_text()
+    assert old in text
+    toml.write_text(text.replace(old, new, 1))
+    with pytest.raises(SpecError) as err:
+        load(toml)
+    assert f"{toml}: {expected}" in str(err.value), str(err.value)
+
+
+def test_a_probability_judged_by_the_metric_carries_its_reason(tmp_path):
+    shutil.copytree(STREAMING, tmp_path / "m", ignore=shutil.ignore_patterns("__pycache__"))
+    toml = tmp_path / "m" / "streaming.toml"
+    toml.write_text(toml.read_text().replace("checks.encoder_out = { max_abs = 0.05, max_rel = 0.02 }",
+                                             'checks.encoder_out = { judged_by = "metric", reason = "greedy tokens" }'))
+    g = load(toml).graph("encoder")
+    assert dict(g.checks["encoder_out"]) == {"judged_by": "metric", "reason": "greedy tokens"}
+    assert dict(g.checks["new_processed_lens"]) == {"max_abs": 0.0}

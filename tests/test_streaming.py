@@ -13,6 +13,8 @@ from conftest import FIXTURES, Project
 from toolchain.spec import chips
 from toolchain import spec
 from toolchain.engine.worker import load_module
+from toolchain.stages import compare, stream
+from toolchain.stages.export import io_record
 
 FIXTURE = FIXTURES / "streaming"
 CHIPS = ("SM8550", "SM8750")
@@ -66,7 +68,7 @@ def test_streaming_with_states_fed_back_equals_the_whole_utterance(streaming):
     every state input changes the result (none is ignored or folded away)."""
     run = streaming.torch_runner(None)
     utt, seed, chunks = streaming.samples(str(FIXTURE / "data"))[0]
-    calls = streaming.stream(run, seed, chunks)["calls"]["encoder"]
+    calls = streaming.decode(run, seed, chunks)["calls"]["encoder"]
     assert len(calls) == chunks >= 3
     chunked = np.concatenate([out["encoder_out"] for _, out in calls], axis=1)
     offline = streaming.offline_encoder_out(streaming.build(), streaming.features(seed, chunks), chunks)
@@ -78,25 +80,76 @@ def test_streaming_with_states_fed_back_equals_the_whole_utterance(streaming):
         assert np.max(np.abs(changed - out["encoder_out"])) > 1e-2, f"state {name} has no effect"
 
 
-def test_agree_names_a_drifting_state_and_a_changed_token(streaming):
-    """The module's comparison itself: an error in one state of one chunk, a changed processed_lens, a
-    different greedy token are each a failure that names what differs."""
+def _loop(streaming, run, sample):
+    """The build's own chunk loop (toolchain/stages/stream.py) over one utterance, as the spec declares it."""
+    g = spec.load(FIXTURE / "streaming.toml", chips.load()).graph("encoder")
+    io = io_record(g)
+    pieces = stream.pieces(streaming, sample, dict(g.stream), io, "streaming.py")
+    return g, io, stream.loop(run, "encoder", pieces, dict(g.stream), dict(g.state), io["inputs"])
+
+
+def test_the_builds_loop_cuts_the_stream_as_the_model_code_decodes_it(streaming):
+    """The declared geometry (chunk 35 frames, hop 32) gives exactly the calls of the module's own decode:
+    same feeds, same states fed back, same outputs."""
+    run = streaming.torch_runner(None)
+    sample = streaming.samples(str(FIXTURE / "data"))[0]
+    _, _, calls = _loop(streaming, run, sample)
+    own = streaming.decode(run, sample[1], sample[2])["calls"]["encoder"]
+    assert len(calls) == len(own) == sample[2]
+    for (feeds, out), (want_feeds, want_out) in zip(calls, own):
+        assert all(np.array_equal(feeds[k], want_feeds[k]) for k in want_feeds)
+        assert all(np.array_equal(out[k], want_out[k]) for k in want_out)
+
+
+def test_drift_names_the_output_and_chunk_where_a_fed_back_state_departs(streaming):
+    """A candidate whose one state output is off by 0.2 from chunk 3 on: the build's loop feeds it back,
+    the drift record peaks at chunk 3 for that state, and the failure line names output, clip, chunk and bound."""
+    run = streaming.torch_runner(None)
+    sample = streaming.samples(str(FIXTURE / "data"))[0]
+    count = {"n": 0}
+
+    def bent(graph, feeds):
+        out = run(graph, feeds)
+        if graph == "encoder":
+            count["n"] += 1
+            if count["n"] == 4:
+                out = {**out, "new_cached_conv_1": out["new_cached_conv_1"] + 0.2}
+        return out
+    g, io, _ = _loop(streaming, run, sample)
+    checks = {"encoder": compare.output_checks(g, {"max_rel": 0.02, "max_rel_w8a16": 0.1, "min_cosine": 0.0})}
+    sources = {"encoder": {o.name: compare.check_source(g, o.name, "streaming.toml") for o in g.outputs}}
+    streams = {"encoder": {"geometry": dict(g.stream), "state": dict(g.state)}}
+    record, failures, failing, _ = stream.compare_runs(streaming, [sample], streams, {"encoder": io}, run, bent,
+                                                       checks, sources, "streaming.py")
+    drift = record["encoder"][sample[0]]["outputs"]
+    assert drift["new_cached_conv_1"]["peak_chunk"] == 3 and drift["new_cached_conv_1"]["passed"] is False
+    assert drift["new_cached_key_0"]["per_chunk_max_abs"][:4] == [0.0] * 4   # before the bent call: identical
+    assert drift["new_processed_lens"]["max_abs"] == 0
+    line = next(f for f in failures if f.startswith("encoder/new_cached_conv_1:"))
+    assert f"free-running stream of clip {sample[0]}, chunk 3 of 5" in line, line
+    assert "allowed |error| <= 0.02 x range (streaming.toml: verify.max_rel)" in line, line
+    assert "range = the largest |value| of the CPU output in that call" in line
+    assert ("encoder", "new_cached_conv_1") in [(f[0], f[1]) for f in failing]
+
+
+def test_agree_names_a_changed_joiner_output_and_a_changed_token(streaming):
+    """The module's comparison itself, on the build's loop: an error in one joiner call, a different greedy
+    token are each a failure that names what differs."""
     import copy
-    sample = streaming.samples(str(FIXTURE / "data"))[:1]
-    ref = streaming.evaluate(streaming.torch_runner(None), sample)
-    utt = sample[0][0]
+    run = streaming.torch_runner(None)
+    sample = streaming.samples(str(FIXTURE / "data"))[0]
+    utt = sample[0]
+    ref = {utt: streaming.evaluate_stream(run, sample, _loop(streaming, run, sample)[2])}
     assert streaming.agree(ref, copy.deepcopy(ref), {"tier": "default"})[1] == []
     got = copy.deepcopy(ref)
-    state = np.asarray(got[utt]["outputs"]["encoder"][3]["new_cached_conv_1"])
-    got[utt]["outputs"]["encoder"][3]["new_cached_conv_1"] = (state + 0.2).tolist()
-    got[utt]["outputs"]["encoder"][1]["new_processed_lens"] = [17]
+    logit = np.asarray(got[utt]["outputs"]["joiner"][0]["logit"])
+    got[utt]["outputs"]["joiner"][0]["logit"] = (logit + 0.2).tolist()
     got[utt]["tokens"] = got[utt]["tokens"][:-1] + [got[utt]["tokens"][-1] + 1]
     record, failures = streaming.agree(ref, got, {"tier": "default", "max_abs": 0.05, "max_rel": 0.02})
-    assert len(failures) == 3, failures
-    assert failures[0].startswith("encoder/new_cached_conv_1: error above 0.05") and "in 1/5 call(s)" in failures[0]
-    assert failures[1].startswith("encoder/new_processed_lens: integer output differs")
-    assert failures[2].startswith(f"greedy tokens differ for {utt}")
-    assert record["encoder_max_rel_per_chunk"][utt][3] > 0.02 and record["tokens_differ"]
+    assert len(failures) == 2, failures
+    assert failures[0].startswith("joiner/logit: error above 0.05"), failures
+    assert failures[1].startswith(f"greedy tokens differ for {utt}")
+    assert record["tokens_differ"]
 
 
 def test_built_by_command_compiled_for_two_chips_and_verified_chunk_by_chunk(built):
@@ -134,13 +187,22 @@ def test_built_by_command_compiled_for_two_chips_and_verified_chunk_by_chunk(bui
         calls = {g: e["calls"] for g, e in verify["tensors"].items()}
         assert calls["encoder"] == 5 and calls["joiner"] == 5 * 8 and calls["decoder"] >= 2, calls
         assert all(e["max_rel"] < 0.02 for e in verify["tensors"].values()), verify["tensors"]
-        # free-running: each backend feeds its own states back, every output of every chunk compared
+        # free-running, the build's own loop: each backend feeds its own states back, every encoder output
+        # of every chunk compared; decoder and joiner by the module's greedy search on that loop
+        drift = verify["stream"]["encoder"]
+        assert sorted(drift) == sorted(tokens) and all(d["calls"] == 5 for d in drift.values())
+        for d in drift.values():
+            assert sorted(f"encoder/{o}" for o in d["outputs"]) == sorted(outputs[:-2])
+            assert all(w["passed"] and len(w["per_chunk_max_abs"]) == 5 for w in d["outputs"].values()), d
+            assert d["outputs"]["new_processed_lens"]["max_abs"] == 0
+            assert all(w["max_rel"] < 0.02 for w in d["outputs"].values()), d["outputs"]
         task = verify["task"]
-        assert sorted(task["outputs"]) == sorted(outputs)
-        assert all(task["outputs"][o]["calls"] == 10 for o in outputs if o.startswith("encoder/"))
-        assert task["outputs"]["encoder/new_processed_lens"]["max_abs"] == 0
+        assert sorted(task["outputs"]) == sorted(outputs[-2:])
         assert all(w["max_rel"] < 0.02 for w in task["outputs"].values()), task["outputs"]
-        assert all(len(per_chunk) == 5 for per_chunk in task["encoder_max_rel_per_chunk"].values())
+        assert verify["status"] == "passed" and verify["failures"] == []
+        assert m["state_contract"]["encoder"]["state"]["new_processed_lens"] == "processed_lens"
+        assert m["state_contract"]["encoder"]["stream"] == {"input": "x", "axis": 2, "chunk": 35, "hop": 32,
+                                                            "context": 0}
         assert task["tokens"] == tokens and not task["tokens_differ"], task["summary"]
         assert task["decision_margin_min"] > 0   # every greedy decision agreed, with room to spare
         print(f"{chip}: tensors {verify['tensors']}; task {task['summary']}; reference margin "

@@ -65,8 +65,8 @@ def test_diagnose_names_the_first_op_that_departs(project, capsys):
     project.add_tiny("offset", **{**ONE_CHIP, 'module = "tinynet"': 'module = "offsetnet"'})
     shutil.copy(FIXTURES / "offsetnet.py", project.root / "models")
     rc, _, text = project.run("verify")
-    assert rc == 1 and "max error" in text and "`doit diagnose:offset@SM8750`" in text, text
-    assert "net: op /Sub (Sub) is the first whose output /Sub_output_0 departs" in text   # found on the spot
+    assert rc == 1 and "net/y: call " in text and "`doit diagnose:offset@SM8750`" in text, text
+    assert "net/y: op /Sub (Sub) is the first whose output /Sub_output_0 departs" in text   # found on the spot
     capsys.readouterr()
     rc, executed, text = project.run("diagnose:offset@SM8750")
     assert rc == 0 and executed == ["diagnose:offset@SM8750"], text
@@ -234,8 +234,8 @@ def test_an_lstm_passes_verify_only_with_the_option_its_spec_declares(project):
                     f"lstmnet.make_checkpoint({str(models / 'lstm.pt')!r})"], check=True)
     (models / "lstm.toml").write_text(LSTM.format(sha=sha256(models / "lstm.pt")))
     rc, _, text = project.run()
-    assert rc == 1 and "build/lstm/ort-qnn/SM8750/embedder_qnn.bin: embedder: max error" in text, text
-    assert "embedder: op /lstm/LSTM (LSTM) is the first whose output" in text   # the failed verify bisected it
+    assert rc == 1 and "build/lstm/ort-qnn/SM8750/embedder_qnn.bin: embedder/embed: call " in text, text
+    assert "embedder/embed: op /lstm/LSTM (LSTM) is the first whose output" in text   # the failed verify bisected it
     rc, _, text = project.run("diagnose")   # names the op the option is for
     assert rc == 0, text
     found = json.loads((project.root / "build/lstm/ort-qnn/SM8750/diagnose.json").read_text())["embedder"]

@@ -78,7 +78,8 @@ def build(model, chip, toolchain, graphs, manifest, runtime, module_file, data_d
               "runtime_libraries": {k: libs[k] for k in ("family", "available", "app_must_ship", "license")},
               "bundles": {}}
     if ort_out:
-        members = {**common, "info.txt": _info(man, list(graphs)).encode(), "README.md": ORT_README.encode(),
+        members = {**common, "info.txt": _info(man, list(graphs)).encode(),
+                   "README.md": (ORT_README + state_readme(man.get("state_contract", {}))).encode(),
                    "manifest.json": manifest, **{f"test_data/{k}": v for k, v in data.items()}}
         for g, files in graphs.items():
             _check_epcontext(files["context"], Path(files["binary"]).name)
@@ -147,6 +148,10 @@ def _info(man: dict, order: list[str], sherpa_apps: bool = False) -> str:
     fields = {**lead, "model": man["model"], "soc": man["chip"]["name"], "soc_id": man["soc_id"], "arch": man["htp_arch"],
               "toolchain": man["toolchain"], "graphs": ",".join(order),
               "precision": ",".join(man["precision"][g] for g in order)}
+    for g, c in man.get("state_contract", {}).items():   # a stateful graph: what the app feeds back, and the cut
+        fields[f"state_{g}"] = ",".join(f"{o}->{i}" for o, i in c["state"].items())
+        fields[f"state_initial_{g}"] = c["initial"]
+        fields[f"stream_{g}"] = ",".join(f"{k}={v}" for k, v in c["stream"].items())
     return "".join(f"{k}={v}\n" for k, v in fields.items())
 
 
@@ -166,6 +171,18 @@ def runtime_license_text(libs: dict) -> str:
                       f"{', '.join(lib['name'] for lib in libs['libraries'])} (QAIRT {libs['family']}).",
                       f"They are {lic['holder']} software. {lic['terms']}", f"Terms: {refs}.",
                       *([lic["note"]] if lic.get("note") else []), "", f"What to ship: {libs['app_must_ship']}", ""])
+
+
+def state_readme(contracts: dict) -> str:
+    """The state contract of each stateful graph, in words (manifest.json "state_contract" has it as data)."""
+    text = ""
+    for g, c in contracts.items():
+        pairs = ", ".join(f"`{o}` -> `{i}`" for o, i in c["state"].items())
+        text += (f"\n## `{g}`: a stateful chunk step\n\nStart every state input at {c['initial']}; after each call "
+                 f"feed each state output into its input ({pairs}). {c['calls'][0].upper()}{c['calls'][1:]}. "
+                 f"The build verified exactly this loop on the HTP simulator against the CPU (manifest.json: "
+                 f"verify.default.stream).\n")
+    return text
 
 
 ORT_README = """# onnxruntime QNN EP bundle

@@ -14,6 +14,8 @@ from pathlib import Path
 from doit.exceptions import InvalidDodoFile
 from packaging.requirements import InvalidRequirement, Requirement
 
+from toolchain.spec import streams
+
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 IO_DTYPES = ("float32", "float16", "int32")   # what the HTP runtimes accept at graph I/O
@@ -72,7 +74,7 @@ class Table:
         self.data, self.file, self.where, self.used = data, file, where, set()
 
     def loc(self, key: str) -> str:
-        return f"{self.where}.{key}" if self.where else key
+        return f"{self.where}.{key}" if self.where and key else self.where or key
 
     def fail(self, key: str, message: str):
         raise SpecError(f"{self.file}: {self.loc(key)}: {message}")
@@ -137,6 +139,10 @@ class Graph:
     # [graphs.<g>.compile]: this graph's own compiler options as declared (e.g. ep_options = {...});
     # the model's compiler checks the names and values at load (backends/*/__init__.py spec_problems)
     compile: Settings = Settings(())
+    # spec/streams.py: per-output checks, state pairs {output: input} and the stream geometry ({} = none)
+    checks: Settings = Settings(())
+    state: Settings = Settings(())
+    stream: Settings = Settings(())
 
 
 @dataclass(frozen=True)
@@ -410,9 +416,17 @@ def _graph(t: Table, name: str, here: Path) -> Graph:
     compile_options = _options(t.sub("compile", required=False))
     inputs = _tensors(t.sub("inputs"))
     outputs = _tensors(t.sub("outputs"))
+    output_checks = streams.checks(t.sub("checks", required=False), outputs)
+    pairs = streams.state(t.sub("state", required=False), inputs, outputs)
+    geometry = streams.stream(t.sub("stream"), inputs, pairs) if "stream" in t.data else {}
+    if pairs and not geometry:
+        t.fail("state", "a graph with state pairs declares how a stream is cut into calls: "
+                        "stream = { input = \"x\", axis = 1, chunk = 512, hop = 512, context = 0 }")
     t.done()
     return Graph(name=name, precision=precision, calibration=calibration, inputs=inputs, outputs=outputs,
-                 source=source, compile=compile_options)
+                 source=source, compile=compile_options,
+                 checks=Settings({k: Settings(v) for k, v in output_checks.items()}),
+                 state=Settings(pairs), stream=Settings(geometry))
 
 
 def _options(t: Table) -> Settings:

@@ -64,27 +64,28 @@ def threshold(model, graph) -> dict:
 AUTO_OPS = 300   # a failed verify bisects graphs up to this many cut points itself (~log2(N)+1 small compiles)
 
 
-def after_failure(graphs: dict, feeds: dict, pieces: dict, thresholds: dict, errors: dict) -> list[str]:
-    """For a failed verify: each failing graph small enough, bisected on the spot (its finding joins the
-    failure message); a larger one is left to `doit diagnose:` (the message names it)."""
+def after_failure(graphs: dict, failing: list, pieces: dict, thresholds: dict) -> list[str]:
+    """For a failed verify: each failing output of a graph small enough, bisected on the spot along that
+    output's own ops, on the feeds of the call that failed (its finding joins the failure message); a
+    larger graph is left to `doit diagnose:` (the message names it). `failing`: [(graph, output, feeds)]."""
     import onnx
-    found = []
+    found, done = [], set()
     with tempfile.TemporaryDirectory(prefix="diagnose-") as scratch:
-        for name, path in graphs.items():
-            e, limits = errors[name], thresholds[name]
-            if e["max_rel"] <= limits["max_rel"] and e["cosine"] >= (limits.get("min_cosine") or -1):
+        for name, output, feeds in failing:
+            if (name, output) in done:
                 continue
-            model = onnx.load(path)
-            if len(cut_points(model)) > AUTO_OPS:
+            done.add((name, output))
+            model = onnx.load(graphs[name])
+            if len(cut_points(model, output)) > AUTO_OPS:
                 continue
             factory, kwargs = pieces[name]
             try:
-                result = bisect(model, feeds[name][0], lambda piece: factory(piece=piece, **kwargs), limits,
-                                os.path.join(scratch, name))
+                result = bisect(model, feeds, lambda piece: factory(piece=piece, **kwargs), thresholds[name],
+                                os.path.join(scratch, f"{name}-{len(done)}"), output)
             except Exception as err:   # the verify failure stays the message; the bisection is a bonus
-                found.append(f"{name}: not bisected ({type(err).__name__}: {str(err)[:200]})")
+                found.append(f"{name}/{output}: not bisected ({type(err).__name__}: {str(err)[:200]})")
                 continue
-            found.append(f"{name}: {_line(result)}")
+            found.append(f"{name}/{output}: {_line(result)}")
     return found
 
 
@@ -103,14 +104,15 @@ def locate(module_file: str, graphs: dict, data_dir, clips: list, io: dict, piec
             record[name] = bisect(model, feeds[name][0], lambda piece: factory(piece=piece, **kwargs),
                                   thresholds[name], os.path.join(scratch, name))
             print(f"{name}: {_line(record[name])}", flush=True)
-    write_json(out, _finite(record))
+    write_json(out, compare.finite(record))
 
 
-def bisect(model, feeds: dict, compile_piece, limits: dict, scratch: str) -> dict:
-    """The first op (in graph order) whose output is beyond `limits` on the compiled piece, by bisection."""
+def bisect(model, feeds: dict, compile_piece, limits: dict, scratch: str, output: str | None = None) -> dict:
+    """The first op (in graph order) whose output is beyond `limits` on the compiled piece, by bisection;
+    with `output`, among the ops that output depends on only (the failing output, not another)."""
     import onnx
     started = time.monotonic()
-    points = cut_points(model)
+    points = cut_points(model, output)
     if not points:
         raise StageFailed("no float tensor produced by an op to cut the graph at")
     checked = {}
@@ -149,9 +151,11 @@ def bisect(model, feeds: dict, compile_piece, limits: dict, scratch: str) -> dic
     return found
 
 
-def cut_points(model) -> list[dict]:
-    """Each op's first float output that depends on a graph input, in graph (topological) order."""
+def cut_points(model, output: str | None = None) -> list[dict]:
+    """Each op's first float output that depends on a graph input, in graph (topological) order; with
+    `output`, only the ops that output is computed from (ending with the op that produces it)."""
     import onnx
+    needed = _ancestors(model, output) if output else None
     inferred = onnx.shape_inference.infer_shapes(model)
     types = {v.name: v.type.tensor_type.elem_type for v in
              [*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input]}
@@ -161,7 +165,9 @@ def cut_points(model) -> list[dict]:
         if not any(i in live for i in node.input):
             continue   # computed from constants only (folded by onnxsim; nothing to compare)
         live.update(o for o in node.output if o)
-        tensor = next((o for o in node.output if o and types.get(o) in FLOATS), None)
+        if needed is not None and index not in needed:
+            continue
+        tensor = output if output in node.output else next((o for o in node.output if o and types.get(o) in FLOATS), None)
         if tensor:
             points.append({"index": index, "op": node.name or f"#{index}", "op_type": node.op_type, "tensor": tensor})
     return points
@@ -182,6 +188,18 @@ def measure(model, point: dict, feeds: dict, compile_piece, folder: str, onnx) -
         return {"error": str(err)[:300]}
     errors = compare.element_errors(want, got)
     return {k: (round(v, 6) if math.isfinite(v) else v) for k, v in errors.items()}
+
+
+def _ancestors(model, tensor: str) -> set[int]:
+    """Indices of the nodes `tensor` is computed from (itself included)."""
+    producer = {o: i for i, n in enumerate(model.graph.node) for o in n.output}
+    seen, stack = set(), [tensor]
+    while stack:
+        name = stack.pop()
+        if name in producer and producer[name] not in seen:
+            seen.add(producer[name])
+            stack.extend(i for i in model.graph.node[producer[name]].input if i)
+    return seen
 
 
 def _inputs_of(model, tensor: str) -> list[str]:
@@ -210,15 +228,6 @@ def _line(found: dict) -> str:
     before = f"; the op before it, {within['op']} ({within['op_type']}), is within" if within else \
         "; it is the first op on the input"
     return f"{found['verdict']}{tail} (limit {found['limits']['max_rel']}){before} [{found['compiles']} compiles]"
-
-
-def _finite(value):
-    """inf/NaN (an fp16 overflow) as strings: the record is strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    return [_finite(v) for v in value] if isinstance(value, list) else value
 
 
 def summary(out: str) -> None:

@@ -5,10 +5,10 @@ from doit.tools import config_changed
 
 from toolchain.engine import paths
 from toolchain.engine.files import read_json, write_json
-from toolchain.engine.worker import in_process
+from toolchain.engine.worker import StageFailed, in_process
 from toolchain.qnn import compat
 from toolchain.spec import plain
-from toolchain.stages import parity, simplify
+from toolchain.stages import parity, simplify, stream
 
 # What the binary's own config string says about the request (the full string is in *.compile.json).
 CONFIG_KEYS = ("soc_type", "arch", "vtcm_size", "relaxed_precision_flag", "OpO", "hvx_threads")
@@ -31,6 +31,12 @@ def tasks(project):
             meta["compile_options"] = own
         if model.requires:
             meta["tools"]["model_code"] = dict(model.requires)
+        streaming = {g.name: stream.contract(g) for g in model.graphs if g.stream}
+        if streaming:   # the state contract an app drives the graph with
+            meta["state_contract"] = streaming
+        checks = {g.name: plain(g.checks) for g in model.graphs if g.checks}
+        if checks:   # per-output checks as declared, with the reason an output is judged by the metric
+            meta["output_checks"] = checks
         out = paths.manifest(model, chip)
         yield {"name": f"{model.name}@{chip.tag}",
                "doc": f"{model.name} on {chip.tag}: manifest (chip, SDK build id, checksums, numbers)",
@@ -52,6 +58,10 @@ def _sources(project, model, chip) -> dict:
 
 
 def write(meta: dict, sources: dict, out: str):
+    for tier, path in sources["verify"].items():   # a failed verify's record is the user's, not a release's
+        if read_json(path).get("status") == "failed":
+            raise StageFailed(f"{path}: verify ({tier} tier) failed; its record says why (failures); no manifest "
+                              f"is written for binaries that did not pass")
     compiled = {g: read_json(p) for g, p in sources["compile"].items()}
     exports = {g: read_json(p) for g, p in sources["exports"].items()}
     first = next(iter(compiled.values()))

@@ -8,7 +8,7 @@ from doit.tools import config_changed
 from toolchain.engine import paths
 from toolchain.engine.files import write_json
 from toolchain.engine.worker import StageFailed, load_module, run
-from toolchain.stages import compare
+from toolchain.stages import compare, stream
 from toolchain.stages.export import io_record
 
 
@@ -23,7 +23,9 @@ def tasks(project):
         checkpoint = [paths.checkpoint(model)] if model.checkpoint else []
         kwargs = {"module_file": model.module_file, "checkpoint": (checkpoint or [None])[0],
                   "onnx_files": onnx_files, "data_dir": model.data_dir, "settings": settings, "out": out,
-                  "io": {g.name: io_record(g) for g in model.graphs}}
+                  "io": {g.name: io_record(g) for g in model.graphs}, "spec": model.spec_file,
+                  "streams": {g.name: {"geometry": dict(g.stream), "state": dict(g.state)}
+                              for g in model.graphs if g.stream}}
         yield {"name": model.name,
                "doc": f"{model.name}: ONNX on CPU vs PyTorch on real inputs (max_abs {settings['max_abs']}"
                       f"{', task metric' if model.data_dir else ''})",
@@ -47,7 +49,8 @@ def available(model) -> bool:
     return model.parity["reference"] == "torch"
 
 
-def check(module_file: str, checkpoint: str | None, onnx_files: dict, data_dir, settings: dict, out: str, io: dict):
+def check(module_file: str, checkpoint: str | None, onnx_files: dict, data_dir, settings: dict, out: str, io: dict,
+          spec: str = "", streams: dict | None = None):
     module = load_module(module_file)
     if not callable(getattr(module, "torch_runner", None)):
         raise StageFailed(f"{module_file}: no torch_runner(checkpoint) function, which the parity stage calls to "
@@ -59,15 +62,21 @@ def check(module_file: str, checkpoint: str | None, onnx_files: dict, data_dir, 
     def onnx_run(graph, feeds):
         return cpu[graph](feeds)
 
-    samples = compare.samples(module, data_dir)
-    feeds = compare.feeds(module, torch_run, samples[0] if samples else None, io)
+    samples, streams = compare.samples(module, data_dir), streams or {}
+    feeds = stream.tensor_feeds(module, torch_run, samples[0] if samples else None, io, streams, module_file)
     errors = compare.tensor_errors(torch_run, onnx_run, feeds)
     record = {"tensors": errors, "settings": settings}
     failures = [f"{g}: max abs error {e['max_abs']:.3g} > {settings['max_abs']}"
                 for g, e in errors.items() if e["max_abs"] > settings["max_abs"]]
-    if samples and hasattr(module, "evaluate"):   # the model's own task metric (text, ranking, top-1)
-        evaluate = compare.with_io(module.evaluate, io)
-        ref, got = evaluate(torch_run, samples), evaluate(onnx_run, samples)
+    runs = {}
+    if streams and samples:   # the build's own chunk loop, PyTorch and the CPU ONNX each feeding back its state
+        bound = {g: {o[0]: {"max_abs": settings["max_abs"]} for o in io[g]["outputs"]} for g in streams}
+        where = {g: {o[0]: f"{spec}: parity.max_abs" for o in io[g]["outputs"]} for g in streams}
+        record["stream"], lines, _, runs = stream.compare_runs(module, samples, streams, io, torch_run, onnx_run,
+                                                               bound, where, module_file)
+        failures += lines
+    ref, got = stream.task_runs(module, samples, streams, runs, io, torch_run, onnx_run)
+    if ref is not None:   # the model's own task metric
         record["task"], task_failures = module.agree(ref, got, {**settings["metric"], "tier": "parity"})
         failures += task_failures
     print(record)

@@ -70,6 +70,28 @@ def _per_call(m: dict, graph: str, digits: int) -> str:
     return "-" if t is None else f"{t:.{digits}f}"
 
 
+STREAM = ("model", "chip", "graph", "chunk / hop / context", "I/O bytes per call", "sim s per call",
+          "chunks checked", "largest drift (output: max abs, chunk)")
+
+
+def stream_rows(manifests: list[dict]) -> list[list[str]]:
+    """Per stateful graph and chip: what one call costs, and how far the simulator's own-state loop drifted."""
+    rows = []
+    for m in manifests:
+        verify = m["verify"]["default"]
+        for graph, contract in m.get("state_contract", {}).items():
+            g = contract["stream"]
+            clips = verify.get("stream", {}).get(graph, {})
+            worst = max(((o, d, clip) for clip, c in clips.items() for o, d in c["outputs"].items()),
+                        key=lambda x: x[1]["max_abs"], default=None)
+            rows.append([m["model"], m["chip"]["name"], graph, f"{g['chunk']} / {g['hop']} / {g['context']}",
+                         str(manifest.io_bytes(m["graphs"][graph]["io"])), _per_call(m, graph, 4),
+                         str(sum(c["calls"] for c in clips.values())),
+                         f"{worst[0]}: {worst[1]['max_abs']:.2g}, chunk {worst[1]['peak_chunk']} of {worst[2]}"
+                         if worst else "-"])
+    return rows
+
+
 QNN = ("model", "graph", "QNN graph nodes", "ops by type (the EP's HTP lowering)", "tensors", "weights MB")
 
 
@@ -101,6 +123,10 @@ def write(manifests: list[str], out: str, runs: list[str] = ()):
     if costs:
         text += ("\n## Encoder/decoder cost per call\n\n"
                  + table(costs, COST))
+    streams = stream_rows(records)
+    if streams:
+        text += ("\n## Stateful graphs: cost per call and drift (each backend feeding back its own state)\n\n"
+                 + table(streams, STREAM))
     graphs = qnn_rows(records)
     if graphs:
         text += "\n## QNN graphs (convert: what each graph became on the NPU)\n\n" + table(graphs, QNN)

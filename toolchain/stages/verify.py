@@ -12,7 +12,7 @@ from doit.tools import config_changed
 from toolchain.engine import paths
 from toolchain.engine.files import read_json, sha256, write_json
 from toolchain.engine.worker import StageFailed, load_module, run
-from toolchain.stages import compare, diagnose
+from toolchain.stages import compare, diagnose, stream
 from toolchain.stages.export import io_record
 
 
@@ -34,10 +34,20 @@ def tasks(project, tier: str):
                   "metric": dict(model.metric), "clips": list(clips), "tier": tier}
         if settings["min_cosine"]:   # only when declared: verify results of other models stay current
             checks["min_cosine"] = settings["min_cosine"]
+        if any(g.checks for g in model.graphs):   # likewise: per-output checks and state loops when declared
+            checks["outputs"] = {g.name: compare.output_checks(g, settings) for g in model.graphs}
+        if any(g.stream for g in model.graphs):
+            checks["streams"] = {g.name: stream.contract(g) for g in model.graphs if g.stream}
         kwargs = {"module_file": model.module_file, "graphs": graphs, "data_dir": model.data_dir,
                   "simulators": {g.name: list(backend.simulator(model, g, chip, tier)) for g in model.graphs},
                   "checks": checks, "out": out, "io": {g.name: io_record(g) for g in model.graphs},
                   "spec": model.spec_file,
+                  "outputs": {g.name: compare.output_checks(g, settings) for g in model.graphs},
+                  "sources": {g.name: {o: compare.check_source(g, o, model.spec_file, c)
+                                       for o, c in compare.output_checks(g, settings).items()}
+                              for g in model.graphs},
+                  "streams": {g.name: {"geometry": dict(g.stream), "state": dict(g.state)}
+                              for g in model.graphs if g.stream},
                   # what a failure adds: the first op that departs, found now (small graphs) and on demand
                   "hint": f"; the first op that departs: `doit diagnose:{model.name}@{chip.tag}`" if cut else "",
                   "pieces": cut,
@@ -53,8 +63,11 @@ def tasks(project, tier: str):
 
 
 def check(module_file: str, graphs: dict, data_dir, simulators: dict, checks: dict, out: str, io: dict,
-          spec: str = "", hint: str = "", pieces: dict | None = None, thresholds: dict | None = None):
-    """Every graph's simulator run (the backend's runner) against the CPU ONNX on the same feeds."""
+          spec: str = "", hint: str = "", pieces: dict | None = None, thresholds: dict | None = None,
+          outputs: dict | None = None, sources: dict | None = None, streams: dict | None = None):
+    """Every graph's simulator run (the backend's runner) against the CPU ONNX on the same feeds; each
+    stateful graph's stream run by both, each feeding back its own state. The record is written either
+    way (status "failed" with every output's numbers); a failure names the output, the call and the bound."""
     started = time.monotonic()
     for g in graphs.values():   # doit checks only that targets exist; flipped weights still load
         recorded = read_json(g["record"])["sha256"]
@@ -64,6 +77,7 @@ def check(module_file: str, graphs: dict, data_dir, simulators: dict, checks: di
     module = load_module(module_file)
     cpu = {name: compare.cpu(g["onnx"]) for name, g in graphs.items()}
     sim = {name: _memo(factory(**kwargs)) for name, (factory, kwargs) in simulators.items()}
+    streams = streams or {}
 
     def cpu_run(graph, feeds):
         return cpu[graph](feeds)
@@ -72,26 +86,58 @@ def check(module_file: str, graphs: dict, data_dir, simulators: dict, checks: di
         return sim[graph](feeds)
 
     samples = compare.samples(module, data_dir, checks["clips"], f"{spec}: verify.clips")
-    feeds = compare.feeds(module, cpu_run, samples[0] if samples else None, io)
-    errors = compare.tensor_errors(cpu_run, sim_run, feeds)
-    record = {"tier": checks["tier"], "tensors": errors, "checks": checks}
-    failures = [f"{g}: max error {e['max_rel']:.3g} of the output range > {checks['max_rel']}"
-                for g, e in errors.items() if e["max_rel"] > checks["max_rel"]]
-    failures += [f"{g}: cosine similarity {e['cosine']:.5f} < {checks['min_cosine']}"
-                 for g, e in errors.items() if e["cosine"] < checks.get("min_cosine", -1)]
-    if samples and hasattr(module, "evaluate"):   # the model's own task metric
-        evaluate = compare.with_io(module.evaluate, io)
-        ref, got = evaluate(cpu_run, samples), evaluate(sim_run, samples)
+    feeds = stream.tensor_feeds(module, cpu_run, samples[0] if samples else None, io, streams, module_file)
+    errors = compare.tensor_errors(cpu_run, sim_run, feeds, outputs)
+    given = samples and hasattr(module, "graph_feeds")
+    origin = {g: f"clip {samples[0][0]}" if given or (samples and g in streams) else "generated inputs" for g in io}
+    record = {"status": "failed", "tier": checks["tier"], "tensors": errors, "checks": checks}
+    failures = []
+    for g, e in errors.items():
+        for o, w in e["outputs"].items():
+            if w["passed"] is False:
+                at = w["at_worst_call"]
+                failures.append(f"{g}/{o}: call {w['worst_call']} of {e['calls']} on {origin[g]} (inputs and states as "
+                                f"the CPU run fed them): max |error| {at['max_abs']:.3g}, {at['max_rel']:.3g} of the "
+                                f"range, cosine {at['cosine']:.5f} ({compare.RANGE}: {at['range']:.3g}); allowed "
+                                f"{compare.allowed(w['check'], sources[g][o])}")
+    failing = [(g, o, feeds[g][w["worst_call"]]) for g, e in errors.items() for o, w in e["outputs"].items()
+               if w["passed"] is False]
+    runs = {}
+    if streams and samples:   # the build's own chunk loop on the CPU ONNX and on the simulator
+        record["stream"], lines, worst, runs = stream.compare_runs(module, samples, streams, io, cpu_run, sim_run,
+                                                                   outputs, sources, module_file)
+        failures, failing = failures + lines, failing + worst
+    ref, got = stream.task_runs(module, samples, streams, runs, io, cpu_run, sim_run)
+    if ref is not None:   # the model's own task metric
         record["task"], task_failures = module.agree(ref, got, {**checks["metric"], "tier": checks["tier"]})
         failures += [f"simulator vs CPU ONNX: {f}" for f in task_failures]
     record["seconds"] = round(time.monotonic() - started, 1)
-    print(record)
     if failures and pieces:   # a small graph: find the op now (a large one: the message names the command)
-        failures += diagnose.after_failure({g: v["onnx"] for g, v in graphs.items()}, feeds, pieces, thresholds,
-                                           errors)
+        failures += diagnose.after_failure({g: v["onnx"] for g, v in graphs.items()}, failing, pieces, thresholds)
+    record["status"], record["failures"] = ("failed", failures) if failures else ("passed", [])
+    print(_summary(record))
+    write_json(out, compare.finite(record))   # a failed record too: every output's numbers, for the user
     if failures:
-        raise StageFailed(f"{', '.join(g['binary'] for g in graphs.values())}: " + "; ".join(failures) + hint)
-    write_json(out, record)
+        raise StageFailed(f"{', '.join(g['binary'] for g in graphs.values())}: " + "; ".join(failures) + hint
+                          + f" (every output's numbers: {out})")
+
+
+def _summary(record: dict) -> str:
+    """The log's line: each output's worst numbers, and each stream's peak drift."""
+    lines = [f"verify {record['status']} ({record['tier']} tier, {record.get('seconds')} s)"]
+    for g, e in record["tensors"].items():
+        for o, w in e["outputs"].items():
+            lines.append(f"  {g}/{o}: {e['calls']} calls, max |error| {w['max_abs']:.3g}, {w['max_rel']:.3g} of the "
+                         f"range, cosine {w['cosine']:.5f}, check {w['check']}: "
+                         f"{'metric' if w['passed'] is None else 'ok' if w['passed'] else 'FAILED'}")
+    for g, clips in record.get("stream", {}).items():
+        for clip, s in clips.items():
+            for o, d in s["outputs"].items():
+                lines.append(f"  stream {g}/{o} on {clip}: {s['calls']} chunks, max |error| {d['max_abs']:.3g} "
+                             f"(chunk {d['peak_chunk']}), p99 {d['p99_abs']:.3g}")
+    if "task" in record:
+        lines.append(f"  task: {record['task'].get('summary', record['task'])}")
+    return "\n".join(lines)
 
 
 def _memo(run):
