@@ -10,13 +10,15 @@ CHIP = "SM8750"
 ALL_CHIPS = '["SM8550", "SM8650", "SM8750", "SM8850", "QCS9100"]'
 
 
-def install(project, spec: str, module: str, size: tuple[str, str], data: str, **replace: str) -> str:
-    """Copy a shipped model into `project` for one chip: its module with one size constant changed,
-    its data folder, and its TOML with `replace` applied (old text -> new text, each must occur)."""
+def install(project, spec: str, module: str, size: tuple[str, str] | None, data: str, **replace: str) -> str:
+    """Copy a shipped model into `project` for one chip: its module with one size constant changed (None: as
+    shipped), its data folder, and its TOML with `replace` applied (old text -> new text, each must occur)."""
     models = project.root / "models"
     code = (ROOT / "models" / f"{module}.py").read_text()
-    assert size[0] in code, f"{size[0]!r} not in models/{module}.py"
-    (models / f"{module}.py").write_text(code.replace(size[0], size[1], 1))
+    if size:
+        assert size[0] in code, f"{size[0]!r} not in models/{module}.py"
+        code = code.replace(size[0], size[1], 1)
+    (models / f"{module}.py").write_text(code)
     shutil.copytree(ROOT / "models" / "data" / data, models / "data" / data)
     text = (ROOT / "models" / f"{spec}.toml").read_text()
     for old, new in {ALL_CHIPS: f'["{CHIP}"]', **replace}.items():
@@ -100,6 +102,58 @@ def test_efficientnet_lite0_at_64_pixels_builds_and_matches_on_the_simulator(pro
     for r in records:
         assert not r["top1_differ"] and r["top5_overlap_min"] >= 4, r["summary"]
         assert len(r["images"]) == 5
+
+
+def test_silero_vad_builds_verifies_its_own_state_loop_and_ships_a_bundle_an_app_can_drive(project, tmp_path):
+    """Silero VAD as shipped (it is small): the build's own chunk loop on the CPU ONNX and the simulator, drift
+    recorded per chunk; then the onnxruntime bundle, unpacked elsewhere and driven only by what its info.txt
+    says (zeros, the cut, stateN fed back), finds the same speech segments as the CPU ONNX."""
+    import tarfile
+
+    import numpy as np
+
+    from toolchain.backends.ort_qnn import ep
+    from toolchain.engine.worker import load_module
+    from toolchain.stages import compare
+    model = install(project, "silero-vad", "silero_vad_npu", None, "speech-en")
+    records = build_and_check(project, model, "vad", "max_boundary_chunks")
+    assert all(r["segments"][0] == r["segments"][1] for rec in records for r in rec["clips"].values())
+    out = project.root / f"build/{model}/ort-qnn/{CHIP}"
+    verify = json.loads((out / "verify.json").read_text())
+    drift = verify["stream"]["vad"]["pauses-short"]
+    assert drift["calls"] == 196 and len(drift["outputs"]["output"]["per_chunk_max_abs"]) == 196
+    assert drift["outputs"]["output"]["passed"] and drift["outputs"]["output"]["max_abs"] < 0.02
+    # the per-call check would read "1 of the range" on a probability near 0; the declared absolute bound holds
+    assert verify["tensors"]["vad"]["outputs"]["output"]["check"] == {"max_abs": 0.02}
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["state_contract"]["vad"]["state"] == {"stateN": "state"}
+
+    rc, _, text = project.run(f"bundle:{model}@{CHIP}")
+    assert rc == 0, text
+    with tarfile.open(out / f"bundle/onnxruntime-qnn-{CHIP}-{model}.tar.bz2") as tar:
+        tar.extractall(tmp_path, filter="data")
+    unpacked = tmp_path / f"onnxruntime-qnn-{CHIP}-{model}"
+    info = dict(line.split("=", 1) for line in (unpacked / "info.txt").read_text().splitlines())
+    cut = dict(kv.split("=") for kv in info["stream_vad"].split(","))
+    fed = dict(pair.split("->") for pair in info["state_vad"].split(","))
+    assert fed == {"stateN": "state"} and info["state_initial_vad"] == "zeros"
+    chunk, hop, context = int(cut["chunk"]), int(cut["hop"]), int(cut["context"])
+    vad = load_module(str(project.root / "models/silero_vad_npu.py"))
+    sample = {s[0]: s for s in vad.samples(str(unpacked / "test_data"))}["pauses-short"]
+    audio = vad.stream(sample)[0]
+    padded = np.concatenate([np.zeros(context, np.float32), audio, np.zeros(chunk, np.float32)])
+
+    def app_loop(run):   # what an app does, from info.txt alone
+        state, probs = np.zeros((2, 1, 128), np.float32), []
+        for i in range(-(-len(audio) // hop)):
+            out = run({cut["input"]: padded[None, i * hop:i * hop + context + chunk], "state": state})
+            probs.append(float(out["output"][0, 0]))
+            state = out["stateN"]
+        return probs
+    phone = app_loop(ep.simulator(str(unpacked / "vad.onnx"), ep.provider_options(manifest["chip"], 3)))
+    cpu = app_loop(compare.cpu(str(project.root / f"build/{model}/vad/vad.onnx")))
+    assert len(phone) == 196 and np.abs(np.subtract(phone, cpu)).max() < 0.02
+    assert vad.segments(phone, len(audio)) == vad.segments(cpu, len(audio)) and len(vad.segments(cpu, len(audio))) == 3
 
 
 def where_scales(path: Path) -> list[float]:

@@ -25,7 +25,7 @@ def contract(graph) -> dict:
     if not graph.stream:
         return {}
     return {"state": dict(graph.state), "initial": INITIAL, "stream": dict(graph.stream),
-            "calls": f"call i reads {graph.stream['input']}[{_axis(graph.stream)} i*{graph.stream['hop']} - "
+            "calls": f"call i reads {graph.stream['input']}[{_axis(graph.stream)}i*{graph.stream['hop']} - "
                      f"{graph.stream['context']} : i*{graph.stream['hop']} + {graph.stream['chunk']}] (zeros "
                      f"outside the stream)"}
 
