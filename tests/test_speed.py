@@ -176,3 +176,37 @@ def test_doits_md5_of_a_dependency_is_taken_once_per_run_until_it_changes(tmp_pa
     path.write_bytes(b"z" * 1000)
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))                     # size and mtime kept
     assert checker.md5(path, os.stat(path), fresh=True) == real(path)       # rehash=1 reads the bytes
+
+
+def test_an_edit_that_keeps_size_and_mtime_is_seen_by_its_ctime(tmp_path, monkeypatch):
+    """The state says (mtime, size, md5); the stamp memo adds ctime and inode: `cp -p`-style edits rerun the
+    task without rehash=1, an untouched file is not read, and a build made before reads each file once."""
+    from toolchain.engine import checker, stamps
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(checker, "_MEMO", {})
+    monkeypatch.setattr(stamps, "_stores", {})
+    calls = []
+    real = checker.get_file_md5
+    monkeypatch.setattr(checker, "get_file_md5", lambda p: calls.append(p) or real(p))
+    path = tmp_path / "model.onnx"
+    path.write_bytes(b"a" * 100)
+    check = checker.MD5Checker()
+    state = check.get_state(str(path), None)
+    assert not check.check_modified(str(path), os.stat(path), state) and len(calls) == 1   # not read again
+    st = os.stat(path)
+    path.write_bytes(b"b" * 100)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))                                    # size and mtime kept
+    assert os.stat(path).st_mtime == state[0] and os.stat(path).st_size == state[1]
+    assert check.check_modified(str(path), os.stat(path), state)                           # the ctime moved
+    state = check.get_state(str(path), state)                                              # the task reran
+    assert state[2] == real(str(path)) and not check.check_modified(str(path), os.stat(path), state)
+    monkeypatch.setattr(stamps, "_stores", {})   # a state made before the stamps: read once, not rebuilt
+    monkeypatch.setattr(checker, "_MEMO", {})
+    before = len(calls)
+    assert not check.check_modified(str(path), os.stat(path), state) and len(calls) == before + 1
+    assert not check.check_modified(str(path), os.stat(path), state) and len(calls) == before + 1
+    (tmp_path / "build").mkdir()
+    stamps.save()   # what the state DB's close does: the next run trusts the file unread
+    monkeypatch.setattr(stamps, "_stores", {})
+    monkeypatch.setattr(checker, "_MEMO", {})
+    assert not check.check_modified(str(path), os.stat(path), state) and len(calls) == before + 1

@@ -109,7 +109,11 @@ def variables() -> dict:
     if extra not in ("", "0", "1"):
         raise InvalidDodoFile(f"command line: extra={extra}: expected 1 (add models/extra) or 0")
     where = cache.location()
-    if where is not None and where.exists() and not where.is_dir():
+    if isinstance(where, str):
+        problem = cache.url_problem(where)
+        if problem:
+            raise InvalidDodoFile(f"cache URL (cache= or ${cache.ENV}): {problem}")
+    elif where is not None and where.exists() and not where.is_dir():
         raise InvalidDodoFile(f"cache folder {where} (cache= or ${cache.ENV}): not a folder")
     rehash = given.get(outputs.VAR, "")
     if rehash not in ("", "0", "1"):

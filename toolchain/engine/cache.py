@@ -1,40 +1,72 @@
 """Shared artifact cache: a stage's outputs stored under a key of its inputs' content, its settings and
 the tool build id, and restored, every hash checked, instead of recomputed (Olive's pass cache, Bazel's
-action cache). Off unless `doit cache=/path` or QNN_CACHE=/path names a folder (local or shared mount).
+action cache). Off unless `doit cache=...` or QNN_CACHE=... names a folder (local or shared mount) or an
+http(s):// URL of a server speaking Bazel's HTTP remote-cache protocol (bazel-remote, nginx with WebDAV).
 
-The folder holds two kinds of files, each written under a temp name and renamed, and each named by a
-hash, so checkouts, machines and concurrent CI jobs can share it and copies of it merge without conflict:
-    entries/<key>.json              {"material", "outputs": {path: {"sha256", "bytes"}}}, written last
-    blobs/<sha256[:2]>/<sha256>     the bytes of one output file
+Two kinds of objects, each named by a hash, so checkouts, machines and concurrent CI jobs can share them:
+    entry  {"material", "outputs": {path: {"sha256", "bytes"}}}, written last (after its blobs)
+           folder: entries/<key>.json           server: /ac/<key>
+    blob   the bytes of one output file
+           folder: blobs/<sha256[:2]>/<sha256>  server: /cas/<sha256>
+A restore is used only when every blob has its recorded sha256 and the stage's own check of what it restores
+holds (task meta "restore_check": a compile's binary read back for its chip and I/O); otherwise it is dropped,
+the step recomputed and a correct entry written back. A server that is slow, down, full or wrong costs a
+warning line, never the build (cache_http.py).
 """
 from __future__ import annotations
 
 import ast
 import functools
 import hashlib
+import importlib
 import json
 import os
 import platform
-import sys
-import tempfile
 from importlib import metadata
 from pathlib import Path
 
 import doit
 from doit.tools import config_changed
 
-from toolchain.engine.files import MODE, remember, sha256, sha256_memo
+from toolchain.engine.cache_store import FORMAT, Store, Unreachable  # noqa: F401  (Store, Unreachable: the API)
+from toolchain.engine.files import sha256, sha256_memo
 
 ENV, VAR = "QNN_CACHE", "cache"
-FORMAT = 1   # bump when the key material or the layout changes
 PACKAGES = ("torch", "onnx", "onnxruntime", "onnxruntime-qnn", "onnxscript", "onnxsim", "numpy")
 CODE = Path(__file__).parents[1]   # the toolchain package: a stage's own code is part of its tool
 
 
-def location() -> Path | None:
-    """The cache folder: `doit cache=/path`, else $QNN_CACHE; None (no cache) when neither is set."""
+def location() -> Path | str | None:
+    """The cache: `doit cache=...`, else $QNN_CACHE: a folder (Path), an http(s):// URL (str), or None."""
     where = doit.get_var(VAR) or os.environ.get(ENV)
-    return Path(where).expanduser().absolute() if where else None
+    if not where:
+        return None
+    if where.startswith(("http://", "https://")):
+        return where
+    return Path(where).expanduser().absolute()
+
+
+def url_problem(url: str) -> str | None:
+    """What is wrong with a cache URL (said at load, like a bad TOML field), credentials never repeated."""
+    import urllib.parse
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port   # raises on a port that is not a number
+    except ValueError as err:
+        return f"not a URL ({err})"
+    if not parts.hostname:
+        return f"{parts.scheme}:// needs a host, e.g. {parts.scheme}://cache.example.com:8080/"
+    if parts.query or parts.fragment:
+        return "no ?query or #fragment: the entries live under <url>/ac/ and <url>/cas/"
+    return None
+
+
+def open_store(where: Path | str):
+    """The store at a location(): a folder, or a remote-cache server."""
+    if isinstance(where, str):
+        from toolchain.engine import cache_http   # urllib and ssl are loaded only by a build that uses a server
+        return cache_http.HttpStore(where)
+    return Store(where)
 
 
 @functools.cache
@@ -94,10 +126,10 @@ def run(task, action: dict, code: str, log: str, compute):
     if root is None:
         return compute()
     material = from_task(task, action, code)
-    store, entry = Store(root), key(material)
-    if store.restore(entry, list(task.targets)):
+    store, entry = open_store(root), key(material)
+    if store.restore(entry, list(task.targets), restore_check(task)):
         with open(log, "a") as f:
-            f.write(f"# restored from cache {root} entry {entry}\n")
+            f.write(f"# restored from cache {store.name} entry {entry}\n")
         return None
     result = compute()
     if result is None:   # success: TaskFailed / TaskError results are never stored
@@ -105,88 +137,15 @@ def run(task, action: dict, code: str, log: str, compute):
     return result
 
 
-class Store:
-    """One cache folder."""
-
-    def __init__(self, root: str | Path):
-        self.root = Path(root)
-
-    def entry(self, key: str) -> Path:
-        return self.root / "entries" / f"{key}.json"
-
-    def blob(self, digest: str) -> Path:
-        return self.root / "blobs" / digest[:2] / digest
-
-    def restore(self, key: str, outputs: list[str]) -> bool:
-        """Put the entry's files in place, all or none, each only if its bytes have the recorded sha256."""
-        path = self.entry(key)
-        if not path.exists():
-            return False
-        staged = []
-        try:
-            files = json.loads(path.read_text())["outputs"]
-            if sorted(files) != sorted(outputs):
-                raise ValueError(f"it lists {sorted(files)}, the task writes {sorted(outputs)}")
-            for out, recorded in files.items():
-                staged.append((_copy(self.blob(recorded["sha256"]), out, recorded["sha256"]), out))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
-            for tmp, _ in staged:
-                os.unlink(tmp)
-            _warn(f"{path}: unusable cache entry evicted, recomputing ({err})")
-            path.unlink(missing_ok=True)   # evicted: never offered again
-            return False
-        for tmp, out in staged:
-            os.replace(tmp, out)
-            remember(out, files[out]["sha256"])   # verified while copying: not hashed again
-        return True
-
-    def save(self, key: str, material: dict, outputs: list[str]) -> None:
-        """Store the outputs (a blob that exists but fails its hash is replaced), then the entry with
-        its key material (to diff when an expected hit misses)."""
-        try:
-            files = {}
-            for out in outputs:
-                digest = sha256_memo(out)   # the outputs record reuses it
-                blob = self.blob(digest)
-                if not (blob.is_file() and sha256(blob) == digest):
-                    _copy(out, blob, digest, replace=True)
-                files[out] = {"sha256": digest, "bytes": os.path.getsize(out)}
-            _write(self.entry(key), json.dumps({"format": FORMAT, "material": material, "outputs": files},
-                                               indent=1, sort_keys=True).encode())
-        except (OSError, ValueError) as err:   # a full or read-only cache must not fail the build
-            _warn(f"{self.root}: could not store {material['task']} ({err})")
-
-
-def _copy(src: str | Path, dst: str | Path, digest: str, replace: bool = False) -> str:
-    """Copy src to a temp file beside dst, checking the bytes' sha256; rename it onto dst if `replace`,
-    else return the temp name (the caller renames it)."""
-    dst = Path(dst)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
-    try:
-        hasher = hashlib.sha256()
-        with os.fdopen(fd, "wb") as out, open(src, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                hasher.update(block)
-                out.write(block)
-        if hasher.hexdigest() != digest:
-            raise ValueError(f"{src} has sha256 {hasher.hexdigest()}, recorded {digest}")
-        os.chmod(tmp, MODE)   # the umask's mode: a shared cache is read by other users
-        if replace:
-            os.replace(tmp, dst)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return tmp
-
-
-def _write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-    os.chmod(tmp, MODE)
-    os.replace(tmp, path)
+def restore_check(task):
+    """The stage's own check of restored outputs, named in its meta as ("module:function", kwargs): called
+    with {target: the restored file, not yet in place}, it returns the problems found (none: use them)."""
+    named = (task.meta or {}).get("restore_check")
+    if not named:
+        return None
+    module, function = named[0].split(":")
+    check = getattr(importlib.import_module(module), function)
+    return lambda staged: check(staged, **named[1])
 
 
 def _version(package: str) -> str | None:
@@ -194,7 +153,3 @@ def _version(package: str) -> str | None:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return None
-
-
-def _warn(message: str) -> None:
-    print(f"cache: {message}", file=sys.stderr, flush=True)

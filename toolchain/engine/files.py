@@ -28,33 +28,39 @@ def sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-_MEMO: dict[str, tuple[int, int, str]] = {}   # path -> (size, mtime_ns, sha256), this process's hashes
+_MEMO: dict[str, tuple] = {}   # path -> (stamp, sha256), this process's hashes
+
+
+def stamp(st) -> tuple[int, int, int, int]:
+    """What says a file is unchanged without reading it: size, mtime, ctime (ns) and inode. ctime is what
+    no user can set back (git's index and Bazel's digest cache key on it too): an edit that kept the size
+    and mtime (`cp -p`, `rsync -a`, `touch -r`) still moves it."""
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
 
 
 def sha256_memo(path: str | Path) -> str:
-    """sha256 of a file, hashed once per process while its size and mtime stay (a warm build hashed the same
-    113 MB ONNX once per chip); a file whose size or mtime changed is hashed again."""
+    """sha256 of a file, hashed once per process while its stamp stays (a warm build hashed the same
+    113 MB ONNX once per chip); a file whose size, mtime, ctime or inode changed is hashed again."""
     return memoized(_MEMO, path, sha256)
 
 
 def memoized(memo: dict, path, digest, st=None, fresh: bool = False) -> str:
-    """digest(path), kept in `memo` while the file's size and mtime (ns) stay; `fresh` reads it regardless
-    (a swap that kept both). The one memo rule of sha256_memo and the content checker's md5."""
+    """digest(path), kept in `memo` while the file's stamp stays; `fresh` reads it regardless. The one memo
+    rule of sha256_memo and the content checker's md5."""
     st = st or os.stat(path)
     key = os.path.abspath(path)
     known = memo.get(key)
-    if known and known[:2] == (st.st_size, st.st_mtime_ns) and not fresh:
-        return known[2]
+    if known and known[0] == stamp(st) and not fresh:
+        return known[1]
     value = digest(path)
-    memo[key] = (st.st_size, st.st_mtime_ns, value)
+    memo[key] = (stamp(st), value)
     return value
 
 
 def remember(path: str | Path, digest: str) -> None:
     """Note a sha256 just verified while writing `path` (a cache restore), so the outputs record does not
-    read the file again; keyed by its size and mtime like every memo entry."""
-    st = os.stat(path)
-    _MEMO[os.path.abspath(path)] = (st.st_size, st.st_mtime_ns, digest)
+    read the file again; keyed by its stamp like every memo entry."""
+    _MEMO[os.path.abspath(path)] = (stamp(os.stat(path)), digest)
 
 
 @contextlib.contextmanager

@@ -1,6 +1,7 @@
 """Outputs are part of the state (Bazel's rule): after a task succeeds its targets' size, mtime and sha256
-are recorded; on every `doit` a target whose size differs, or whose mtime differs and bytes too, makes its
-task stale, so a damaged checkpoint copy, ONNX, binary or record is rebuilt rather than trusted.
+are recorded; on every `doit` a target whose size differs, or whose mtime or ctime (stamps.py) differs and
+bytes too, makes its task stale, so a damaged checkpoint copy, ONNX, binary or record is rebuilt rather than
+trusted, even when the damage kept its size and mtime.
 `doit rehash=1` (or QNN_REHASH=1) compares every target's bytes, for damage that kept size and mtime."""
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import threading
 
 from doit.exceptions import TaskFailed
 
-from toolchain.engine import files, paths, statedb
+from toolchain.engine import files, paths, stamps, statedb
 
 ENV, VAR = "QNN_REHASH", "rehash"
 _LOCAL = threading.local()   # one connection per thread: doit -n N runs actions in threads
@@ -44,7 +45,9 @@ def record(task):
     for path in task.targets:
         st = _stat(path)
         if st and os.path.isfile(path):
-            rows.append((task.name, path, st[0], st[1], files.sha256_memo(path)))   # once per build (cache, restore)
+            sha = files.sha256_memo(path)   # once per build (cache, restore)
+            rows.append((task.name, path, st[0], st[1], sha))
+            stamps.learn("sha256", path, os.stat(path), sha)
     try:
         db = _db()
         db.execute("BEGIN IMMEDIATE")
@@ -69,18 +72,22 @@ def intact(task, values, rehash: bool = False) -> bool:
     for path in task.targets:
         if not os.path.isfile(path):
             continue   # doit itself reruns a task whose target is missing; a folder target is not recorded
-        size, mtime = _stat(path)
+        st = os.stat(path)
+        size, mtime = st.st_size, st.st_mtime_ns
         if path not in known:
-            updates.append((task.name, path, size, mtime, files.sha256(path)))
+            sha = files.sha256(path)
+            updates.append((task.name, path, size, mtime, sha))
+            stamps.learn("sha256", path, st, sha)
             continue
         was_size, was_mtime, sha = known[path]
         if size != was_size:
             print(f"{path}: changed since {task.name} wrote it (size {was_size} -> {size}): rebuilding it")
             return False
-        if mtime != was_mtime or rehash:
+        if mtime != was_mtime or rehash or not stamps.seen("sha256", path, st, sha):   # a new ctime: read it
             if files.sha256(path) != sha:
                 print(f"{path}: bytes changed since {task.name} wrote it: rebuilding it")
                 return False
+            stamps.learn("sha256", path, st, sha)
             if mtime != was_mtime:
                 updates.append((task.name, path, size, mtime, sha))   # touched, same bytes: remember the mtime
     if updates:

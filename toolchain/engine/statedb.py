@@ -6,6 +6,8 @@ import sqlite3
 
 from doit.dependency import DatabaseException, SqliteDB
 
+from toolchain.engine import stamps
+
 
 def explain(name: str, err: Exception) -> str:
     """What happened to the state DB `name`, in words a user can act on."""
@@ -50,6 +52,10 @@ class SqliteSyncDB(SqliteDB):
         except sqlite3.Error as err:
             raise DatabaseException(explain(self.name, err)) from None
         self._dirty.discard(task_id)
+
+    def dump(self):
+        super().dump()
+        stamps.save()   # the content memo of this run, beside the state (stamps.py)
 
     def remove(self, task_id):
         super().remove(task_id)

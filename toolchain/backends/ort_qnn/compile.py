@@ -48,7 +48,13 @@ def tasks(project):
         yield {"name": f"{model.name}/{graph.name}@{chip.tag}",
                "doc": f"{model.name}/{graph.name} -> {chip.name} (v{chip.htp_arch}) context binary, "
                       f"{graph.precision}, no CPU fallback, {how}{f', QAIRT {chip.family}' if chip.family else ''}",
-               "file_dep": [*inputs, *families.tool_files(chip.family)], "meta": families.step_meta(chip.family),
+               "file_dep": [*inputs, *families.tool_files(chip.family)],
+               # a cache restore is used only if its binary reads back as this task's (another valid binary
+               # under this task's key, e.g. another chip's, must never be restored: restored() below)
+               "meta": {**families.step_meta(chip.family),
+                        "restore_check": [f"{__name__}:restored",
+                                          {"binary": targets[1], "context": targets[0], "record": targets[2],
+                                           "chip": chip.record(), "precision": graph.precision, "io": kwargs["io"]}]},
                "task_dep": parity.gate(model), "targets": targets + [log], "clean": True,
                "actions": [(run, (function, kwargs, log))],
                "uptodate": [config_changed({**settings, "route": "saver"} if ep.uses_route(graph) else settings)]}
@@ -97,6 +103,23 @@ def _check_and_record(binary, out, record, options, chip, precision, io, info, s
     write_json(record, {"binary": binary, "sha256": sha256(binary), "bytes": os.path.getsize(binary),
                         "context_model": out, "context_model_sha256": sha256(out), "seconds": seconds,
                         "options": options, **how, "config": config, "info": info, "tool": ep.version()})
+
+
+def restored(staged: dict, binary: str, context: str, record: str, chip: dict, precision: str, io: dict) -> list[str]:
+    """Why restored outputs (`staged`: target -> the restored file, not yet in place) are not this task's:
+    the record must name this binary and the sha256 of the binary and wrapper restored with it, and the
+    binary must read back as this chip's, precision's and I/O's (as after a compile)."""
+    rec = read_json(staged[record])
+    found = [] if rec.get("binary") == binary else [f"its record is for {rec.get('binary')}, not {binary}"]
+    for target, field in ((binary, "sha256"), (context, "context_model_sha256")):
+        if sha256(staged[target]) != rec.get(field):
+            found.append(f"{target} has sha256 {sha256(staged[target])}, its record says {rec.get(field)}")
+    try:
+        info = qnnbin.binary_info(staged[binary])
+    except Exception as err:   # not a context binary at all
+        return found + [f"{binary} does not read back ({type(err).__name__}: {err})"]
+    return found + [f"{binary}: {p}" for p in readback_problems(qnnbin.config_fields(staged[binary]), info, chip,
+                                                                 precision, io)]
 
 
 def readback_problems(config: dict, info: dict, chip: dict, precision: str, io: dict) -> list[str]:

@@ -1,0 +1,190 @@
+"""The artifact cache on a server speaking Bazel's HTTP remote-cache protocol: GET/PUT /ac/<key> for entries,
+GET/HEAD/PUT /cas/<sha256> for blobs (bazel-remote, nginx with WebDAV PUT, BuildGrid's HTTP front). Same keys,
+entries and rules as the folder (cache.Store); only where things live differs.
+
+A server that is slow, down, full or wrong never fails a build: every request has a time-out
+(QNN_CACHE_TIMEOUT, seconds, default 5); the first one that fails is one warning line, and the server is then
+left alone for QNN_CACHE_RETRY seconds (default 300) by every step of the build (a marker file beside the
+state DB), so a dead server costs one time-out per worker process, not one per step.
+
+Credentials come from the environment, never from a record or a log: QNN_CACHE_TOKEN (a bearer token), or
+QNN_CACHE_USER and QNN_CACHE_PASSWORD (basic auth; a user:password@ in the URL works too and is stripped from
+every message). https:// URLs are verified against the system's CAs, or QNN_CACHE_CA (a PEM file)."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import socket
+import ssl
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from toolchain.engine import paths
+from toolchain.engine.cache_store import Store, Unreachable, _warn
+from toolchain.engine.files import MODE
+
+TIMEOUT, RETRY = "QNN_CACHE_TIMEOUT", "QNN_CACHE_RETRY"
+TOKEN, USER, PASSWORD, CA = "QNN_CACHE_TOKEN", "QNN_CACHE_USER", "QNN_CACHE_PASSWORD", "QNN_CACHE_CA"
+DOWN = f"{paths.BUILD}/.cache-down.json"   # {"url", "until"}: the server failed; skipped until then
+BLOCK = 1 << 20
+_LOCK = threading.Lock()
+
+
+class HttpStore(Store):
+    """A remote cache at `url` (http:// or https://, any path prefix)."""
+
+    def __init__(self, url: str):
+        parts = urllib.parse.urlsplit(url)
+        netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
+        self.base = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+        self.name = self.base   # what messages say: no credentials
+        self.headers = _auth(parts)
+        self.timeout = float(os.environ.get(TIMEOUT) or 5)
+        self.context = ssl.create_default_context(cafile=os.environ.get(CA) or None) \
+            if parts.scheme == "https" else None
+        self.bad: set[str] = set()   # blobs that failed their hash on restore: rewritten on save
+
+    def entry(self, key: str) -> str:
+        return f"/ac/{key}"
+
+    def blob(self, digest: str) -> str:
+        return f"/cas/{digest}"
+
+    # ---- the protocol
+    def read_entry(self, key: str) -> bytes | None:
+        with self._request("GET", self.entry(key)) as answer:
+            return None if answer is None else answer.read()
+
+    def write_entry(self, key: str, data: bytes) -> None:
+        self._put(self.entry(key), data, len(data))
+
+    def drop_entry(self, key: str) -> None:
+        """DELETE the entry where the server allows it (nginx's WebDAV); elsewhere (bazel-remote) the
+        correct entry written after the recompute replaces it."""
+        try:
+            with self._request("DELETE", self.entry(key), quiet=True):
+                pass
+        except Unreachable:
+            pass
+
+    def has_blob(self, digest: str) -> bool:
+        if digest in self.bad:
+            return False
+        with self._request("HEAD", self.blob(digest)) as answer:
+            return answer is not None
+
+    def fetch_blob(self, digest: str, out: str) -> str:
+        """The blob streamed into a temp file beside `out`, its sha256 checked (the caller renames it)."""
+        dst = Path(out)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+        try:
+            hasher = hashlib.sha256()
+            with os.fdopen(fd, "wb") as f, self._request("GET", self.blob(digest)) as answer:
+                if answer is None:
+                    raise ValueError(f"blob {digest} is not on the server")
+                for block in iter(lambda: answer.read(BLOCK), b""):
+                    hasher.update(block)
+                    f.write(block)
+            if hasher.hexdigest() != digest:
+                self.bad.add(digest)
+                raise ValueError(f"blob {digest} has sha256 {hasher.hexdigest()}")
+            os.chmod(tmp, MODE)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        return tmp
+
+    def put_blob(self, digest: str, src: str) -> None:
+        with open(src, "rb") as f:
+            self._put(self.blob(digest), f, os.path.getsize(src))
+        self.bad.discard(digest)
+
+    # ---- requests, time-outs, the down marker
+    def _put(self, path: str, body, size: int) -> None:
+        with self._request("PUT", path, body, {"Content-Length": str(size),
+                                               "Content-Type": "application/octet-stream"}) as answer:
+            if answer is None:
+                raise Unreachable(f"{self.name}: PUT {path}: HTTP 404")
+
+    def _request(self, method: str, path: str, body=None, headers: dict | None = None, quiet: bool = False):
+        """The answer (a context manager), or None for 404; Unreachable for anything else that went wrong."""
+        if _down(self.name):
+            raise Skipped(self.name)
+        request = urllib.request.Request(self.base + path, data=body, method=method,
+                                         headers={**self.headers, **(headers or {})})
+        try:
+            return urllib.request.urlopen(request, timeout=self.timeout, context=self.context)
+        except urllib.error.HTTPError as err:
+            err.close()
+            if err.code == 404:
+                return _Nothing()
+            problem = f"{self.name}: {method} {path}: HTTP {err.code} {err.reason}"
+            if err.code == 400 and method == "PUT" and path.startswith("/ac/"):   # bazel-remote's ActionResult check
+                problem += " (bazel-remote: start it with --disable_http_ac_validation; an entry is JSON, not REAPI)"
+        except (urllib.error.URLError, socket.timeout, ConnectionError, ssl.SSLError, OSError) as err:
+            problem = f"{self.name}: {method} {path}: {getattr(err, 'reason', err)}"
+        if quiet:
+            raise Unreachable(problem)
+        with _LOCK:   # two steps failing at once (doit -n 2 runs them in threads) say it once
+            if _down(self.name):
+                raise Skipped(self.name)
+            _mark_down(self.name, problem)
+        raise Unreachable(f"{problem}; the server is left alone for {_retry():.0f} s ({RETRY})")
+
+
+class Skipped(Unreachable):
+    """The server failed earlier in this build: not asked again (and not said again)."""
+
+
+class _Nothing:
+    """The answer to a 404, usable in a with block like a real one."""
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _auth(parts) -> dict:
+    if os.environ.get(TOKEN):
+        return {"Authorization": f"Bearer {os.environ[TOKEN]}"}
+    user = urllib.parse.unquote(parts.username or "") or os.environ.get(USER)
+    password = urllib.parse.unquote(parts.password or "") or os.environ.get(PASSWORD, "")
+    if user:
+        return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+    return {}
+
+
+def _retry() -> float:
+    return float(os.environ.get(RETRY) or 300)
+
+
+def _down(name: str) -> bool:
+    try:
+        with open(DOWN) as f:
+            marker = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return marker.get("url") == name and marker.get("until", 0) > time.time()
+
+
+def _mark_down(name: str, problem: str) -> None:
+    """Leave the server alone for a while, in every step of this build (a file: steps run in several processes)."""
+    if not os.path.isdir(paths.BUILD):
+        return
+    tmp = f"{DOWN}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            json.dump({"url": name, "until": time.time() + _retry(), "problem": problem}, f)
+        os.replace(tmp, DOWN)
+    except OSError as err:
+        _warn(f"could not write {DOWN} ({err})")
