@@ -22,12 +22,14 @@ import importlib
 import json
 import os
 import platform
+import urllib.parse
 from importlib import metadata
 from pathlib import Path
 
 import doit
 from doit.tools import config_changed
 
+from toolchain.engine import cache_http
 from toolchain.engine.cache_store import FORMAT, Store, Unreachable  # noqa: F401  (Store, Unreachable: the API)
 from toolchain.engine.files import sha256, sha256_memo
 
@@ -48,7 +50,6 @@ def location() -> Path | str | None:
 
 def url_problem(url: str) -> str | None:
     """What is wrong with a cache URL (said at load, like a bad TOML field), credentials never repeated."""
-    import urllib.parse
     try:
         parts = urllib.parse.urlsplit(url)
         parts.port   # raises on a port that is not a number
@@ -64,7 +65,6 @@ def url_problem(url: str) -> str | None:
 def open_store(where: Path | str):
     """The store at a location(): a folder, or a remote-cache server."""
     if isinstance(where, str):
-        from toolchain.engine import cache_http   # urllib and ssl are loaded only by a build that uses a server
         return cache_http.HttpStore(where)
     return Store(where)
 

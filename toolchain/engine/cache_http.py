@@ -17,13 +17,10 @@ import hashlib
 import json
 import os
 import socket
-import ssl
 import tempfile
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 
 from toolchain.engine import paths
@@ -47,8 +44,8 @@ class HttpStore(Store):
         self.name = self.base   # what messages say: no credentials
         self.headers = _auth(parts)
         self.timeout = float(os.environ.get(TIMEOUT) or 5)
-        self.context = ssl.create_default_context(cafile=os.environ.get(CA) or None) \
-            if parts.scheme == "https" else None
+        self.https = parts.scheme == "https"
+        self._context = None
         self.bad: set[str] = set()   # blobs that failed their hash on restore: rewritten on save
 
     def entry(self, key: str) -> str:
@@ -116,12 +113,17 @@ class HttpStore(Store):
 
     def _request(self, method: str, path: str, body=None, headers: dict | None = None, quiet: bool = False):
         """The answer (a context manager), or None for 404; Unreachable for anything else that went wrong."""
+        import ssl             # here, not at the top: a build without a server never loads urllib's client or ssl
+        import urllib.error
+        import urllib.request
         if _down(self.name):
             raise Skipped(self.name)
+        if self.https and self._context is None:
+            self._context = ssl.create_default_context(cafile=os.environ.get(CA) or None)
         request = urllib.request.Request(self.base + path, data=body, method=method,
                                          headers={**self.headers, **(headers or {})})
         try:
-            return urllib.request.urlopen(request, timeout=self.timeout, context=self.context)
+            return urllib.request.urlopen(request, timeout=self.timeout, context=self._context)
         except urllib.error.HTTPError as err:
             err.close()
             if err.code == 404:
