@@ -1,5 +1,6 @@
 """A sherpa-onnx-style build of a project for its one chip, from scratch: what one job of a per-SoC CI
-matrix does (peers.md §A7). Every step runs in sequence in this one process, with no dependency graph
+matrix does (k2-fsa/sherpa-onnx .github/workflows/export-*-qnn.yaml). Every step runs in sequence in this
+one process, with no dependency graph
 and nothing reused from another chip's job. The work and the tools are those of the doit build: the
 same stage functions, called with the arguments dodo.py's tasks give them.
 

@@ -24,7 +24,7 @@ QNN_DTYPES = {"float32": "QNN_DATATYPE_FLOAT_32", "float16": "QNN_DATATYPE_FLOAT
               "ufixed16": "QNN_DATATYPE_UFIXED_POINT_16"}
 
 # libQnnHtp.so: QnnInterface_getProviders with backendGetBuildId at slot 4 of the function table,
-# the layout toolchain/qnnbin.py reads (QnnInterface_t: id, name, two versions, function table).
+# the layout toolchain/qnn/qnnbin.py reads (QnnInterface_t: id, name, two versions, function table).
 HTP_SOURCE = r"""
 #include <stdint.h>
 typedef struct { uint32_t major, minor, patch; } Ver;

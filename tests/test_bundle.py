@@ -96,7 +96,7 @@ WHISPER = {"encoder": {"inputs": [["mel", [1, 80, 3000], "float32"]],
 
 
 def sherpa_whisper(p: str, layers: int) -> dict:
-    """A decoder/encoder pair in the layout sherpa-onnx's Whisper runtime loads (sherpa-qnn.md §4.4)."""
+    """A decoder/encoder pair in the layout sherpa-onnx's Whisper runtime loads (docs/phone.md, the contract)."""
     kv = lambda n, s: [[f"{n}_{k}_{i}", s, "float32"] for i in range(layers) for k in "kv"]   # noqa: E731
     return {"encoder": {"inputs": [[f"{p}_mel", [1, 3000, 80], "float32"]], "outputs": kv("cross", [1, 1500, 384])},
             "decoder": {"inputs": [[f"{p}_tokens", [1, 1], "int32"]] +

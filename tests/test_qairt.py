@@ -1,5 +1,6 @@
 """The QAIRT SDK toolchain against a stand-in SDK (tests/sdk_standin.py): command lines as in
-sherpa-qnn.md §1, HTP config JSON as in §3, graph-name coupling, logs, preflight, incremental rules."""
+sherpa-onnx's export workflows, HTP config JSON as its generate_config.py writes it (docs/qairt.md), graph-name
+coupling, logs, preflight, incremental rules."""
 from __future__ import annotations
 
 import hashlib

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -18,9 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from conftest import ROOT, Project, sha256
 from toolchain.engine import cache, limits, matrix
+from toolchain.stages import compare, report_html
 
 TIMES = ("seconds", "compile_seconds", "seconds_per_call")   # the only fields that may differ between builds
 RESTORED = "# restored from cache"
@@ -340,18 +343,88 @@ def test_the_key_follows_inputs_settings_and_code(tmp_path, monkeypatch):
         cache.code_digest("toolchain.backends.ort_qnn.compile"))
 
 
+def render(page: Path, folder: Path, size: str = "1400,900") -> tuple[Path, str]:
+    """A page in headless Chromium: (its screenshot, its DOM)."""
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", f"--user-data-dir={folder / 'profile'}"]
+    shot = folder / "report.png"
+    subprocess.run([CHROMIUM, *flags, f"--window-size={size}", f"--screenshot={shot}", page.as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    return shot, dom
+
+
+def drawn(dom: str, figure: str, kind: str, name: str) -> tuple[str, str]:
+    """(its state class, its markup) of one row ("check" or "cost") of the figure with that id."""
+    inside = dom.split(f'<figure id="{figure}">', 1)[1].split("</figure>", 1)[0]
+    found = re.search(rf'<g class="{kind}( \w+)?" data-name="{re.escape(name)}">(.*?)</g>', inside)
+    assert found, f"{figure}: no {kind} row {name!r}"
+    return (found.group(1) or "").strip(), found.group(2)
+
+
+def built_manifests(ref: Path) -> list[dict]:
+    found = [json.loads(p.read_text()) for p in sorted((ref / "build").glob("*/*/*/manifest.json"))]
+    assert len(found) == 4
+    return found
+
+
+def colour_pixels(shot: Path, colour: str) -> int:
+    rgb = tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
+    return sum(n for n, c in Image.open(shot).convert("RGB").getcolors(1 << 24) if c == rgb)
+
+
 @pytest.mark.skipif(not CHROMIUM, reason="no chromium binary on PATH (Debian: apt-get install chromium): "
                                          "build/report.html cannot be rendered here")
 def test_the_html_report_renders_in_headless_chromium(reference, tmp_path):
     ref, _ = reference
     page = ref / "build/report.html"
-    assert "<svg" in page.read_text() and "http" not in page.read_text().replace('xmlns="http://www.w3.org/2000/svg"', "")
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
-    shot = tmp_path / "report.png"
-    subprocess.run([CHROMIUM, *flags, "--window-size=1400,900", f"--screenshot={shot}", page.as_uri()],
-                   capture_output=True, timeout=120, check=True)
+    text = page.read_text()
+    assert "<svg" in text and "http" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "")   # nothing fetched
+    shot, dom = render(page, tmp_path)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
-    dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True,
-                         timeout=120, check=True).stdout
-    assert dom.count("<rect") == 8 and dom.count("<tr>") == 5   # 2 models x 2 chips x 2 panels; 4 rows
+    assert dom.count("<rect") == 16 and dom.count("<tr>") == 5   # 4 checks + 4 graphs x 3 costs; 4 rows
+    assert dom.count('<g class="check within"') == 4 and 'class="check over"' not in dom
+    for m in built_manifests(ref):
+        chip, y = m["chip"]["name"], m["verify"]["default"]["tensors"]["net"]["outputs"]["y"]
+        state, markup = drawn(dom, f"checks-{m['model']}", "check", f"{chip} net/y")
+        margin = compare.excess(y["at_worst_call"], y["check"])
+        assert state == "within" and re.search(f'<rect [^>]*fill="{report_html.WITHIN}"', markup)
+        assert f">{margin:.2g} of limit, within</text>" in markup
+        _, costs = drawn(dom, f"cost-{chip}", "cost", f"{m['model']}/net")   # the records' numbers, as written
+        assert re.findall(r'<text class="value"[^>]*>([^<]*)</text>', costs) == [
+            f"{m['binaries']['net']['compile_seconds']:.1f} s",
+            f"{m['verify']['default']['tensors']['net']['seconds_per_call']:.3g} s",
+            f"{m['binaries']['net']['bytes'] / 1e6:.2f} MB"]
+    assert colour_pixels(shot, report_html.WITHIN) > 4 * 200   # 4 green bars at least a few px wide, 12 high
+
+
+@pytest.mark.skipif(not CHROMIUM, reason="no chromium binary on PATH (Debian: apt-get install chromium): "
+                                         "build/report.html cannot be rendered here")
+def test_the_html_report_draws_a_check_over_its_limit_red(reference, tmp_path):
+    # The build's manifests, one of them with its output 3x over its bound (as a failed verify records it)
+    ref, _ = reference
+    copies = []
+    for i, m in enumerate(built_manifests(ref)):
+        if (m["model"], m["chip"]["name"]) == ("tiny", "SM8750"):
+            y = m["verify"]["default"]["tensors"]["net"]["outputs"]["y"]
+            at = y["at_worst_call"]
+            at["max_abs"] = 3 * (y["check"].get("max_abs", 0.0) + y["check"].get("max_rel", 0.0) * at["range"])
+            y["passed"], m["verify"]["default"]["status"] = False, "failed"
+        copies.append(tmp_path / f"{i}.json")
+        copies[-1].write_text(json.dumps(m))
+    page = tmp_path / "report.html"
+    report_html.write([str(c) for c in copies], str(page))
+    (tmp_path / "over").mkdir()
+    shot, dom = render(page, tmp_path / "over")
+    state, markup = drawn(dom, "checks-tiny", "check", "SM8750 net/y")
+    assert state == "over" and re.search(f'<rect [^>]*fill="{report_html.OVER}"', markup)
+    assert ">3 of limit, over</text>" in markup
+    assert drawn(dom, "checks-tiny", "check", "SM8550 net/y")[0] == "within"
+    assert dom.count('<g class="check within"') == 3 and dom.count('<g class="check over"') == 1
+    assert dom.count('<span class="bad">failed</span>') == 1
+    (tmp_path / "passing").mkdir()
+    passing, _ = render(ref / "build/report.html", tmp_path / "passing")   # the same page, every check within
+    bar = (report_html.ROW - 6) * report_html.margin_x(3.0)   # px of the red bar
+    assert colour_pixels(shot, report_html.OVER) - colour_pixels(passing, report_html.OVER) > 0.9 * bar
+    assert colour_pixels(passing, report_html.WITHIN) > colour_pixels(shot, report_html.WITHIN) > 0

@@ -44,7 +44,7 @@ def manifest(project, chip: str) -> dict:
 
 
 def test_the_spec_follows_sherpa_onnx_online_transducer_contract():
-    """sherpa-qnn.md §4.4: encoder x (1, 80, T), every other input a state s with an output new_s;
+    """The online-zipformer contract (docs/streaming.md): x (1, 80, T), every other input a state s with output new_s;
     decoder one int32 input (1, context_size) -> decoder_out (1, D); joiner (1, C), (1, D) -> logit (1, V)."""
     model = spec.load(FIXTURE / "streaming.toml", chips.load())
     assert model.checkpoint is None and all(g.source[0] == "command" for g in model.graphs)

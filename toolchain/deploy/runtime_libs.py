@@ -13,7 +13,7 @@ from toolchain.engine.files import sha256, write_json
 from toolchain.engine.worker import in_process
 from toolchain.qnn.layout import ANDROID, device_libraries
 
-# A QAIRT build id as the libraries carry it in clear text (ort-qnn.md §7): v2.51.0.260929181845.
+# A QAIRT build id as the libraries carry it in clear text (docs/phone.md): v2.51.0.260929181845.
 BUILD_ID = re.compile(rb"v(\d+)\.(\d+)\.(\d+)\.(\d{6,})")
 ADSP_DEFAULTS = "/vendor/lib/rfsa/adsp;/vendor/dsp/cdsp;/vendor/dsp;/system/lib/rfsa/adsp;/dsp"
 
@@ -34,7 +34,7 @@ def tasks(project):
 
 
 def _layout(arch: int) -> dict[str, str]:
-    """Library -> SDK-relative path: the app process loads the first three, the DSP the Skel (sherpa-qnn.md §4.2)."""
+    """Library -> SDK-relative path: the app process loads the first three, the DSP the Skel (docs/phone.md)."""
     return {**device_libraries(arch)["android_aarch64"], **device_libraries(arch)["hexagon_dsp"]}
 
 

@@ -1,13 +1,14 @@
-"""sherpa-onnx's QNN runtime contract (sherpa-qnn.md §4.1-4.5): which family a model's binaries fit, or why not.
+"""sherpa-onnx's QNN runtime contract (docs/phone.md; k2-fsa/sherpa-onnx sherpa-onnx/csrc/qnn/): which family a
+model's binaries fit, or why not.
 
 Checked on the names, shapes and dtypes the runtime sees in the binary. Not checked because the runtime
 does not check them either: the QNN graph name (it retrieves the first graph under whatever name the
 binary-info reports: sherpa-onnx/csrc/qnn/qnn-model.cc), so the EP's `QNNExecutionProvider_…` is no bar."""
 from __future__ import annotations
 
-QNN_DTYPES = ("float32", "float16", "ufixed16", "int32")   # §4.3: anything else is rejected at load
+QNN_DTYPES = ("float32", "float16", "ufixed16", "int32")   # anything else is rejected at load
 WHISPER_TYPES = ("tiny", "tiny.en", "base", "base.en", "small", "small.en", "medium", "medium.en", "large")
-# Component order in QnnConfig.contextBinary, per family (§4.1).
+# Component order in QnnConfig.contextBinary, per family, as sherpa-onnx's QNN runtime reads it.
 ORDER = {"whisper": ("encoder", "decoder"), "moonshine": ("encoder", "decoder"),
          "zipformer-ctc": ("model",), "sense-voice": ("model",)}
 
@@ -64,7 +65,7 @@ def _single(io: dict, inputs: list[str], output: str, ranks: dict) -> list[str]:
 
 def _encoder_decoder(fam: str, enc: dict, dec: dict) -> list[str]:
     """Whisper (prefixed '<p>_') and Moonshine (no prefix): per-layer cross K/V, 1+4L+2 decoder inputs, the
-    caller writing each new token's K/V at `offset` (no in-graph cache update: §4.4, §6.5)."""
+    caller writing each new token's K/V at `offset` (no in-graph cache update, as sherpa-onnx exports Whisper)."""
     found, prefix = [], ""
     first = enc["inputs"][0][0] if enc["inputs"] else ""
     if fam == "whisper":

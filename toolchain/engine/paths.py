@@ -214,7 +214,7 @@ def ort_bundle(model, chip) -> str:
 
 
 def sherpa_bundle(model, chip) -> str:
-    """sherpa-onnx's release name for a per-SoC binary bundle (sherpa-qnn.md §4.5)."""
+    """sherpa-onnx's release name for a per-SoC binary bundle (its export workflows'; docs/phone.md)."""
     return f"{bundle_dir(model, chip)}/sherpa-onnx-qnn-{chip.name}-binary-{model.bundle_name or model.name}.tar.bz2"
 
 

@@ -1,5 +1,5 @@
 """Run one heavy step in its own process: a crash or leak cannot take doit down, and each
-compile gets a fresh process (the QNN EP numbers tensors per process: ort-qnn.md §1.3)."""
+compile gets a fresh process (the QNN EP numbers tensors per process: docs/scale.md)."""
 from __future__ import annotations
 
 import importlib

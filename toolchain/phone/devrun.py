@@ -15,7 +15,7 @@ from toolchain.phone import probe
 from toolchain.qnn.layout import layout_permutation
 
 REMOTE = "/data/local/tmp/qnn-npu-compile"
-# What a runtime prints when the QNN libraries or the Skel do not load (peers.md B1/B2): a fallback, not a bug.
+# What a runtime prints when its QNN libraries or Skel do not load (version, ADSP_LIBRARY_PATH): a fallback, not a bug.
 LOAD_FAILURE = re.compile(r"dlopen|cannot locate symbol|Failed to create device|QnnDevice_create|error 1008|1008|"
                           r"14001|Transport layer|Unable to load|Stub lib id mismatch|err 500[05]", re.I)
 PERF = {"session_s": r"Session creation time cost:\s*([\d.]+)\s*s",

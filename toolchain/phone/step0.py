@@ -1,4 +1,4 @@
-"""Step 0 as a tool (guide §0): sample a phone process running today's CPU path over a fixed task and say,
+"""Step 0 as a tool (the guide's step 0): sample a phone process running today's CPU path over a fixed task and say,
 with the numbers, whether moving it to the NPU is likely worth it."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Which QNN runtime loads which context binary: the load rule, measured (qairt-families.md, 75 runs on three chips;
+"""Which QNN runtime loads which context binary: the load rule, measured (docs/qairt-families.md, 75 runs on 3 chips;
 tests/test_families.py holds it). A runtime loads binaries built with its own QAIRT family or an older one and
 refuses any built with a newer one, even one release newer (context creation: QNN_CONTEXT_ERROR_INVALID_ARGUMENT).
 Families are QAIRT major.minor; a binary's family is in its build id (v2.51.0.260929181845 -> 2.51). Beware: a
@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 VERSION = re.compile(r"^v?(\d+)\.(\d+)(?!\d)")   # a build id may carry more: v2.40.0.251030-standin
-# The QNN runtime libraries sherpa-onnx's released apps ship (qnn-libs-2.40.0.251030, sherpa-qnn.md)
+# The QNN runtime libraries sherpa-onnx's released apps ship (qnn-libs-2.40.0.251030: docs/qairt-families.md)
 SHERPA_APPS = "2.40.0.251030"
 
 

@@ -1,5 +1,5 @@
 """How QNN lays out a graph's tensors and names, and which runtime libraries a device needs
-(sherpa-qnn.md §4.2-4.3). Facts of the SDK family, shared by the compilers, the bundles and the phone."""
+(docs/qairt.md, docs/phone.md). Facts of the SDK family, shared by the compilers, the bundles and the phone."""
 from __future__ import annotations
 
 import re
@@ -15,7 +15,7 @@ def c_name(name: str) -> str:
 
 
 def layout_permutation(onnx_shape, qnn_shape) -> tuple[int, ...] | None:
-    """Axes order the converter gives a tensor without --input_layout (§4.3): same, 3-D last two
+    """Axes order the converter gives a tensor without --input_layout (docs/qairt.md): same, 3-D last two
     swapped, or 4-D NCHW -> NHWC; None if `qnn_shape` is none of these."""
     onnx_shape, rank = list(onnx_shape), len(onnx_shape)
     candidates = [tuple(range(rank))] + ([(0, 2, 1)] if rank == 3 else []) + ([(0, 2, 3, 1)] if rank == 4 else [])
@@ -24,14 +24,14 @@ def layout_permutation(onnx_shape, qnn_shape) -> tuple[int, ...] | None:
 
 def native_permutation(rank: int) -> tuple[int, ...]:
     """The axes order a graph input has on the QNN side when the converter gets no --input_layout
-    (§4.3): 3-D last two axes swapped, 4-D NCHW -> NHWC, others as in ONNX. Raw files given with
-    --use_native_input_files must already be in it (§S3). From sherpa-onnx's observations; not run
+    (docs/qairt.md): 3-D last two axes swapped, 4-D NCHW -> NHWC, others as in ONNX. Raw files given with
+    --use_native_input_files must already be in it. From sherpa-onnx's observations; not run
     against a real SDK here."""
     return {3: (0, 2, 1), 4: (0, 2, 3, 1)}.get(rank, tuple(range(rank)))
 
 
 def device_libraries(arch: int) -> dict:
-    """{kind: {library: SDK-relative path}} an app needs on a v<arch> device (§4.2)."""
+    """{kind: {library: SDK-relative path}} an app needs on a v<arch> device (docs/phone.md)."""
     return {"android_aarch64": {name: f"lib/{ANDROID}/{name}"
                                 for name in ("libQnnHtp.so", "libQnnSystem.so", f"libQnnHtpV{arch}Stub.so")},
             "hexagon_dsp": {f"libQnnHtpV{arch}Skel.so": f"lib/hexagon-v{arch}/unsigned/libQnnHtpV{arch}Skel.so"}}

@@ -133,7 +133,7 @@ def _qnn_dir() -> str:
 def _dlopen_quiet(path: str) -> C.CDLL:
     """dlopen a QNN library with fd 1 sent to /dev/null (libQnnHtp prints a '# LIBNATIVE' line to stdout).
 
-    The pitfall (qairt-families.md): libQnnHtp.so loaded through ctypes before this process has loaded onnxruntime
+    The pitfall (docs/qairt-families.md): libQnnHtp.so loaded through ctypes before this process has loaded onnxruntime
     (or numpy) makes the process's first QNN EP session segfault (exit 139 in _create_inference_session; measured
     with the pinned wheel, tests/test_families.py). Loading onnxruntime first makes every later order safe."""
     if os.path.basename(path).startswith("libQnnHtp"):

@@ -1,20 +1,28 @@
-"""build/report.html from the same manifests as report.md: per (model, chip) the status, binary sizes,
-precision, accuracy and times, and per model a chart of simulator error and binary size per chip. One
-self-contained file: inline CSS and SVG, no script, nothing fetched."""
+"""build/report.html from the same manifests as report.md: per model each check's margin to its limit, per chip
+the cost of each graph (compile seconds, simulator seconds per call, binary MB), then per (model, chip) the
+status, binary sizes, precision, accuracy and times. One self-contained file: inline CSS and SVG, no script,
+nothing fetched."""
 from __future__ import annotations
 
+import math
 from html import escape
 
 from toolchain.engine.files import atomic_path, read_json
 from toolchain.stages import compare
 from toolchain.stages import families as family_table
 
-CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222}
-table{border-collapse:collapse;margin:12px 0 28px}th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;
-vertical-align:top}th{background:#f0f0f0}td.n{text-align:right;font-variant-numeric:tabular-nums}
-.ok{color:#fff;background:#2a7d2e;border-radius:3px;padding:0 6px}small{color:#666}
-figure{display:inline-block;margin:0 24px 24px 0}figcaption{font-weight:600}"""
-BAR, GAP, HEIGHT = 40, 14, 150   # chart geometry, px
+WITHIN, OVER, METRIC, COST = "#2a7d2e", "#c0392b", "#999", "#2c6fbb"   # bar colours
+CSS = f"""body{{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222}}
+table{{border-collapse:collapse;margin:12px 0 28px}}th,td{{border:1px solid #ccc;padding:4px 8px;text-align:left;
+vertical-align:top}}th{{background:#f0f0f0}}td.n{{text-align:right;font-variant-numeric:tabular-nums}}
+.ok{{color:#fff;background:{WITHIN};border-radius:3px;padding:0 6px}}
+.bad{{color:#fff;background:{OVER};border-radius:3px;padding:0 6px}}small{{color:#666}}
+.legend{{max-width:1000px;color:#444}}figure{{display:inline-block;margin:0 24px 24px 0;vertical-align:top}}
+figcaption{{font-weight:600}}"""
+LOW, HIGH = 1e-3, 10.0   # the margin axis, log scale: values outside it are clipped to its ends
+ROW, LABEL, AXIS = 18, 300, 400   # margin chart geometry, px: row height, label column, axis length
+COLUMN, BAR = 240, 150   # cost chart geometry, px: one measure's column, its longest bar
+MEASURES = (("compile s", "{:.1f} s"), ("simulator s per call", "{:.3g} s"), ("binary MB", "{:.2f} MB"))
 
 
 def write(manifests: list[str], out: str):
@@ -24,18 +32,162 @@ def write(manifests: list[str], out: str):
 
 def page(records: list[dict]) -> str:
     models = sorted({r["model"] for r in records})
-    charts = "".join(f"<figure><figcaption>{escape(m)}</figcaption>"
-                     f"{chart([r for r in records if r['model'] == m])}</figure>" for m in models)
+    chips = sorted({r["chip"]["name"] for r in records})
+    found = [c for r in records for c in checks(r)]
+    over = sum(1 for c in found if c["margin"] is not None and c["margin"] > 1)
+    judged = sum(1 for c in found if c["margin"] is None)
+    margin_charts = "".join(f"<figure id=\"checks-{escape(m)}\"><figcaption>{escape(m)}</figcaption>"
+                            f"{margins([r for r in records if r['model'] == m])}</figure>" for m in models)
+    top = [max((cost[i] for r in records for cost in costs(r) if cost[i] is not None), default=0.0)
+           for i in (1, 2, 3)]   # each measure's bars scaled to its largest value on any chip
+    cost_charts = "".join(f"<figure id=\"cost-{escape(c)}\"><figcaption>{escape(c)}</figcaption>"
+                          f"{cost_chart([r for r in records if r['chip']['name'] == c], top)}</figure>" for c in chips)
     heads = ("model", "chip", "status", "precision", "binaries", "parity max abs", "simulator max rel",
              "task metric", "compile s", "simulator s", "SDK")
     body = "".join("<tr>" + "".join(cells(r)) + "</tr>" for r in records)
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Build report</title>"
             f"<style>{CSS}</style></head><body><h1>Build report</h1>"
-            f"<p>{len(records)} binary sets: {len(models)} model(s) on "
-            f"{len({r['chip']['name'] for r in records})} chip(s). Every row passed its checks "
-            f"(a failed check leaves no manifest).</p>{charts}"
+            f"<p>{len(records)} binary sets: {len(models)} model(s) on {len(chips)} chip(s); {len(found)} checks: "
+            f"{len(found) - over - judged} within their limit, {over} over, {judged} judged by the task metric "
+            f"(a failed verify leaves no manifest).</p>"
+            f"<h2>Checks: share of the limit used</h2><p class=legend>One bar per check (model, chip, graph/output, "
+            f"and per stream clip the state loop's output): the measured error divided by its limit, at the worst "
+            f"call or chunk: |error| / (max_abs + max_rel &times; range), (1 &minus; cosine) / (1 &minus; min_cosine), "
+            f"the larger where both are bounded. <b>Log scale</b> from {LOW:g} to {HIGH:g} (values outside are "
+            f"clipped to the ends, the label keeps the value); the black line is the limit, 1.0. "
+            f"<span style=\"color:{WITHIN}\">Green: within</span> (&le; 1), <span style=\"color:{OVER}\">red: "
+            f"over</span> (&gt; 1), grey text: no numeric bound (judged by the task metric). Hover a bar for the "
+            f"numbers and the bound.</p>{margin_charts}"
+            f"<h2>Cost per chip</h2><p class=legend>Per graph: compile seconds (its compile record), simulator "
+            f"seconds per call (the default tier's tensor check: the simulator's mean time per call) and the "
+            f"binary's size. <b>Linear scale</b>, each measure's bars relative to its largest value on any chip; "
+            f"the numbers are written beside them.</p>{cost_charts}"
             f"<table><tr>{''.join(f'<th>{h}</th>' for h in heads)}</tr>{body}</table>{families(records)}"
             "</body></html>\n")
+
+
+def checks(record: dict) -> list[dict]:
+    """Every check of one (model, chip) in its verify records, with its margin (error / limit; None: judged by the
+    task metric): each output's worst call of the tensor check, each stream output's worst chunk; a graph of a
+    record written before per-output checks, by its worst max_rel (and cosine) against the model's bounds."""
+    found = []
+    for tier, v in sorted(record["verify"].items()):
+        for g, t in sorted(v["tensors"].items()):
+            if "outputs" not in t:
+                found.append(_graph_check(tier, g, t, v["checks"]))
+            for o, w in sorted(t.get("outputs", {}).items()):
+                found.append(_check(tier, f"{g}/{o}", w["check"], w["at_worst_call"], w["passed"],
+                                    f"worst of {t['calls']} calls"))
+        for g, clips in sorted(v.get("stream", {}).items()):
+            for clip, s in sorted(clips.items()):
+                for o, d in sorted(s["outputs"].items()):
+                    found.append(_check(tier, f"{g}/{o}, stream {clip}", d["check"], d["peak"], d["passed"],
+                                        f"worst of {s['calls']} chunks"))
+    return found
+
+
+def _check(tier: str, name: str, check: dict, errors: dict, passed, where: str) -> dict:
+    if passed is None:
+        return _entry(tier, name, None, f"judged by the task metric: {check.get('reason', '')}")
+    numbers = {k: float(v) for k, v in errors.items()}   # float(): inf is recorded as "inf"
+    detail = (f"max |error| {numbers['max_abs']:.3g}, cosine {numbers['cosine']:.6f}, range {numbers['range']:.3g}; "
+              f"allowed {compare.allowed(check, where)}")
+    return _entry(tier, name, compare.excess(numbers, check), detail)
+
+
+def _graph_check(tier: str, graph: str, t: dict, bounds: dict) -> dict:
+    """A graph's worst output against the model's max_rel and min_cosine (verify records before per-output checks)."""
+    margin = float(t["max_rel"]) / bounds["max_rel"]
+    detail = f"max rel {float(t['max_rel']):.3g} of the range, allowed {bounds['max_rel']:g}"
+    if bounds.get("min_cosine"):
+        margin = max(margin, (1.0 - float(t["cosine"])) / (1.0 - bounds["min_cosine"]))
+        detail += f"; cosine {float(t['cosine']):.6f}, allowed {bounds['min_cosine']:g}"
+    return _entry(tier, f"{graph} (all outputs)", margin, f"{detail} (worst of {t['calls']} calls)")
+
+
+def _entry(tier: str, name: str, margin, detail: str) -> dict:
+    return {"tier": tier, "name": name, "margin": margin, "detail": detail}
+
+
+def margin_x(margin: float) -> float:
+    """A margin's position on the axis, 0..AXIS px (log scale, clipped to LOW..HIGH)."""
+    if margin <= LOW:
+        return 0.0
+    if margin >= HIGH:
+        return float(AXIS)
+    return AXIS * (math.log10(margin) - math.log10(LOW)) / (math.log10(HIGH) - math.log10(LOW))
+
+
+def family(record: dict) -> str:
+    return (record.get("qnn_runtime") or {}).get("qairt_family") or "?"
+
+
+def margins(records: list[dict]) -> str:
+    """One model's checks, one row each: a bar from the axis' start to the check's margin, the limit line at 1.
+    A chip built with several QAIRT families names the family."""
+    several = len({r["chip"]["name"] for r in records}) < len(records)
+    rows = [(r["chip"]["name"] + (f" QAIRT {family(r)}" if several else ""), c)
+            for r in sorted(records, key=lambda r: (r["chip"]["name"], family(r))) for c in checks(r)]
+    x0, top = LABEL, 20
+    height = top + ROW * len(rows) + 6
+    svg = []
+    for k in range(round(math.log10(LOW)), round(math.log10(HIGH)) + 1):   # a tick per decade
+        x = x0 + margin_x(10.0 ** k)
+        svg.append(f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{height - 6}" stroke="#ddd"/>'
+                   f'<text x="{x:.1f}" y="{top - 7}" font-size="10" text-anchor="middle">'
+                   f'{"1 = limit" if k == 0 else f"{10.0 ** k:g}"}</text>')
+    for i, (build, c) in enumerate(rows):
+        y = top + i * ROW
+        label = escape(f"{build} {c['name']}" + ("" if c["tier"] == "default" else f" ({c['tier']} tier)"))
+        svg.append(f'<text x="{x0 - 6}" y="{y + 13}" font-size="11" text-anchor="end">{label}</text>')
+        if c["margin"] is None:
+            svg.append(f'<g class="check metric" data-name="{label}"><title>{label}: {escape(c["detail"])}</title>'
+                       f'<text x="{x0 + 4}" y="{y + 13}" font-size="11" fill="{METRIC}">'
+                       'judged by the task metric</text></g>')
+            continue
+        state, colour = ("over", OVER) if c["margin"] > 1 else ("within", WITHIN)
+        width = max(margin_x(c["margin"]), 2.0)   # a margin below the axis still shows a sliver
+        svg.append(f'<g class="check {state}" data-name="{label}"><title>{label}: {escape(c["detail"])}</title>'
+                   f'<rect x="{x0}" y="{y + 3}" width="{width:.1f}" height="{ROW - 6}" fill="{colour}"/>'
+                   f'<text x="{x0 + AXIS + 8}" y="{y + 13}" font-size="11" fill="{colour}">'
+                   f'{c["margin"]:.2g} of limit, {state}</text></g>')
+    limit = x0 + margin_x(1.0)
+    svg.append(f'<line x1="{limit:.1f}" y1="{top - 4}" x2="{limit:.1f}" y2="{height - 4}" stroke="#000" '
+               f'stroke-width="2"/>')
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{x0 + AXIS + 160}" height="{height}" role="img" '
+            f'aria-label="share of the limit used, per check">{"".join(svg)}</svg>')
+
+
+def costs(record: dict) -> list[tuple]:
+    """Per graph of one (model, chip): (graph, compile seconds, simulator seconds per call or None, binary MB)."""
+    tensors = record["verify"]["default"]["tensors"]
+    return [(g, b["compile_seconds"], tensors.get(g, {}).get("seconds_per_call"), b["bytes"] / 1e6)
+            for g, b in sorted(record["binaries"].items())]
+
+
+def cost_chart(records: list[dict], top: list[float]) -> str:
+    """One chip's graphs, one row each: a bar per measure, scaled to `top` (that measure's largest on any chip)."""
+    several = len({r["model"] for r in records}) < len(records)
+    rows = [(r["model"] + (f" QAIRT {family(r)}" if several else ""), cost)
+            for r in sorted(records, key=lambda r: (r["model"], family(r))) for cost in costs(r)]
+    x0, first = 280, 20
+    svg = [f'<text x="{x0 + j * COLUMN}" y="12" font-size="11" font-weight="600">{escape(title)}</text>'
+           for j, (title, _) in enumerate(MEASURES)]
+    for i, (model, cost) in enumerate(rows):
+        y, name = first + i * ROW, f"{model}/{cost[0]}"
+        cells = [f'<text x="{x0 - 6}" y="{y + 13}" font-size="11" text-anchor="end">{escape(name)}</text>']
+        for j, ((_, fmt), value) in enumerate(zip(MEASURES, cost[1:])):
+            x = x0 + j * COLUMN
+            if value is None:
+                cells.append(f'<text x="{x}" y="{y + 13}" font-size="11" fill="#666">not recorded</text>')
+                continue
+            width = BAR * value / top[j] if top[j] else 0.0
+            cells.append(f'<rect x="{x}" y="{y + 3}" width="{width:.1f}" height="{ROW - 6}" fill="{COST}"/>'
+                         f'<text class="value" x="{x + width + 4:.1f}" y="{y + 13}" font-size="11">'
+                         f'{fmt.format(value)}</text>')
+        svg.append(f'<g class="cost" data-name="{escape(name)}">{"".join(cells)}</g>')
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{x0 + len(MEASURES) * COLUMN}" '
+            f'height="{first + ROW * len(rows) + 6}" role="img" aria-label="cost per graph">{"".join(svg)}</svg>')
 
 
 def families(records: list[dict]) -> str:
@@ -65,6 +217,7 @@ def sim_limit(record: dict):
 def cells(r: dict) -> list[str]:
     verify, parity = r["verify"]["default"], r["parity"]
     tiers = ", ".join(sorted(r["verify"]))
+    passed = all(v.get("status", "passed") == "passed" for v in r["verify"].values())
     binaries = "<br>".join(f"{escape(g)}: {b['bytes'] / 1e6:.2f} MB" for g, b in r["binaries"].items())
     parity_abs = (f"{max(t['max_abs'] for t in parity['tensors'].values()):.2g}" if parity.get("tensors")
                   else "skipped")
@@ -72,7 +225,7 @@ def cells(r: dict) -> list[str]:
     task = "<br>".join(metric(v.get("task")) for v in r["verify"].values() if v.get("task")) or "-"
     values = [(escape(r["model"]), ""), (f"{escape(r['chip']['name'])}<br><small>{escape(r['htp_arch'])}, "
                                          f"{escape(r['chip'].get('marketing', ''))}</small>", ""),
-              (f"<span class=ok>pass</span> <small>{escape(tiers)}</small>", ""),
+              (f"<span class={'ok>pass' if passed else 'bad>failed'}</span> <small>{escape(tiers)}</small>", ""),
               (escape("/".join(sorted(set(r["precision"].values())))), ""), (binaries, "n"), (parity_abs, "n"),
               (f"{sim_error(r):.2g}" + (f" <small>&le; {limit}</small>" if limit is not None else ""), "n"),
               (task, ""), (" + ".join(f"{b['compile_seconds']:.1f}" for b in r["binaries"].values()), "n"),
@@ -85,37 +238,3 @@ def metric(task: dict) -> str:
     numbers = [f"{k} {v:.4g}" for k, v in sorted(task.items())
                if isinstance(v, (int, float)) and not isinstance(v, bool)]
     return escape(task.get("summary", "")) + (f" <small>({escape(', '.join(numbers))})</small>" if numbers else "")
-
-
-def chart(records: list[dict]) -> str:
-    """Two bar panels over the model's chips: simulator error (with its limit) and total binary size."""
-    panels = [("simulator max rel error", [sim_error(r) for r in records], "#c0392b",
-               sim_limit(records[0]), ".2g"),
-              ("binary size, MB", [sum(b["bytes"] for b in r["binaries"].values()) / 1e6 for r in records],
-               "#2c6fbb", None, ".3g")]
-    width = len(records) * (BAR + GAP) + GAP
-    svg = []
-    for i, (title, values, colour, limit, fmt) in enumerate(panels):
-        x0, top = 40 + i * (width + 60), 24
-        scale = 1.15 * max(values) or 1.0   # the limit line only when it falls inside the panel
-        svg.append(f'<text x="{x0}" y="14" font-size="12">{escape(title)}</text>'
-                   f'<line x1="{x0}" y1="{top + HEIGHT}" x2="{x0 + width}" y2="{top + HEIGHT}" stroke="#444"/>')
-        for j, (r, v) in enumerate(zip(records, values)):
-            h, x = HEIGHT * v / scale, x0 + GAP + j * (BAR + GAP)
-            svg.append(f'<rect x="{x}" y="{top + HEIGHT - h:.1f}" width="{BAR}" height="{h:.1f}" fill="{colour}">'
-                       f'<title>{escape(r["chip"]["name"])}: {v:.4g}</title></rect>'
-                       f'<text x="{x + BAR / 2}" y="{top + HEIGHT - h - 3:.1f}" font-size="10" '
-                       f'text-anchor="middle">{v:{fmt}}</text>'
-                       f'<text x="{x + BAR / 2}" y="{top + HEIGHT + 14}" font-size="10" '
-                       f'text-anchor="middle">{escape(r["chip"]["name"])}</text>')
-        if limit and limit > scale:
-            svg.append(f'<text x="{x0}" y="{top + HEIGHT + 30}" font-size="10" fill="#c0392b">limit {limit}: '
-                       f'{limit / max(values):.0f}x the worst chip</text>' if max(values) else "")
-        elif limit:
-            y = top + HEIGHT - HEIGHT * limit / scale
-            svg.append(f'<line x1="{x0}" y1="{y:.1f}" x2="{x0 + width}" y2="{y:.1f}" stroke="#c0392b" '
-                       f'stroke-dasharray="4 3"/><text x="{x0 + width + 2}" y="{y + 4:.1f}" font-size="10" '
-                       f'fill="#c0392b">limit {limit}</text>')
-    total = 2 * (width + 60) + 40
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{total}" height="{HEIGHT + 64}" '
-            f'role="img" aria-label="simulator error and binary size per chip">{"".join(svg)}</svg>')

@@ -99,7 +99,7 @@ class Backend(base.Backend):
         if _family(chip):
             return None   # pieces compile in the verify step's own process: the build's own QAIRT only
         if graph.precision != "fp16":
-            return None   # a w8a16 piece would need its own calibration: not cut (docs/diagnose.md)
+            return None   # a w8a16 piece would need its own calibration: not cut (docs/add-a-model.md)
         return ep.piece_simulator, {"options": self.options(model, graph, chip)}
 
     def verify_settings(self, model, chip, tier: str) -> dict:

@@ -14,7 +14,7 @@ from toolchain.engine.files import atomic_dir
 from toolchain.engine.worker import StageFailed
 
 NAME = "ort-qnn"
-# Printed on stdout whenever libQnnHtp.so is loaded; pure noise (ort-qnn.md §7).
+# Printed whenever libQnnHtp.so is loaded (the LIBNATIVE line on stdout) or a QNN session opens; pure noise.
 NOISE = re.compile(r"# LIBNATIVE|File mapped weights|EPContext encryption config")
 
 
@@ -27,7 +27,7 @@ def version() -> dict:
 
 def provider_options(chip: dict, optimization: int, graph_options=None) -> dict:
     """EP options for one chip (and one graph's own, from its [graphs.<g>.compile] ep_options). soc_model
-    is always set: alone, htp_arch silently compiles fp32 with 4 MB VTCM (ort-qnn.md §1.1). Values are
+    is always set: alone, htp_arch silently compiles fp32 with 4 MB VTCM (docs/compiler-options.md). Values are
     strings, as the EP takes them."""
     return {"soc_model": str(chip["soc_model"]), "htp_arch": str(chip["htp_arch"]),
             "vtcm_mb": str(chip["vtcm_mb"]),

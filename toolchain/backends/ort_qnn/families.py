@@ -1,7 +1,8 @@
 """QAIRT families (families.toml): which onnxruntime-qnn wheel carries which QAIRT, which runtime loads which binary,
 and one isolated environment per family a build uses (the `qairt_env` stage).
 
-The load rule, measured (qairt-families.md, tests/test_families.py): a QNN runtime loads binaries built with its own
+The load rule, measured (docs/qairt-families.md, tests/test_families.py): a QNN runtime loads binaries built
+with its own
 QAIRT or an older one and refuses any built with a newer one, even one release newer. So the user states the runtime
 the app ships (`[compile] runtime_qairt`) and the build picks the newest family at or below it."""
 from __future__ import annotations

@@ -19,7 +19,7 @@ from toolchain.engine import external, paths
 TARGET = "x86_64-linux"
 CSRC = Path(__file__).with_name("csrc")
 WRAPPER = CSRC / "model_lib.c"
-# -O0: the recording is straight-line code run once per compile; -O1 took 4.7x longer to build it (saver-route.md)
+# -O0: the recording is straight-line code run once per compile; -O1 took 4.7x longer to build it (80-node graph)
 FLAGS = ("-shared", "-fPIC", "-O0", "-w", "-fvisibility=hidden")
 
 

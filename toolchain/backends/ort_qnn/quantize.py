@@ -2,7 +2,7 @@
 once per graph, for the embedded toolchain (onnxruntime's QNN quantization helpers).
 
 Graph I/O stays float32: with CPU fallback disabled the EP compiles the input Quantize and output
-Dequantize into the HTP graph (ort-qnn.md §5), so callers feed floats as for fp16 binaries.
+Dequantize into the HTP graph (README.md, w8a16), so callers feed floats as for fp16 binaries.
 
 Two rewrites keep the weights 8-bit in the binary (`place_weights`; measured on a 16000x384 table,
 SM8750, README "Precision"): the HTP keeps a MatMul constant in 8 bits only as its second input (a

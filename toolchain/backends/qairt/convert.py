@@ -1,5 +1,5 @@
 """Simplified ONNX -> QNN graph C++ + weights (qnn-onnx-converter), once per graph; QAIRT models only.
-A w8a16 graph is quantized by the converter itself from the calibration set's input list (§1 S4)."""
+A w8a16 graph is quantized by the converter itself from the calibration set's input list."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,5 @@
-"""Chip table -> htp_backend_extensions.json + htp_config.json (sherpa-qnn.md §3), once per (graph, chip)."""
+"""Chip table -> htp_backend_extensions.json + htp_config.json (as sherpa-onnx's scripts/qnn/generate_config.py
+writes them: docs/qairt.md), once per (graph, chip)."""
 from __future__ import annotations
 
 import json

@@ -14,7 +14,7 @@ from toolchain.qnn.layout import c_name, layout_permutation
 
 def simulator(argv: list, env: dict, work: str, io: dict, record: str):
     """run(feeds) -> outputs for one graph, one qnn-net-run per call; float32 raw files in the QNN-side
-    layout the read-back found (the converter permutes 3-D/4-D inputs, sherpa-qnn.md §4.3)."""
+    layout the read-back found (the converter permutes 3-D/4-D inputs: docs/qairt.md)."""
     import numpy as np
     qnn = read_json(record)["info"]["graphs"][0]
     work = Path(work)
@@ -27,7 +27,7 @@ def simulator(argv: list, env: dict, work: str, io: dict, record: str):
             files.append(f"{work}/input_{i}.raw")
             perm = layout_permutation(shape, q["shape"])
             np.ascontiguousarray(feeds[name].reshape(shape).transpose(perm), dtype=np.float32).tofile(files[-1])
-        (work / "input_list.txt").write_text(" ".join(files) + "\n")   # one line per inference (§1 S3)
+        (work / "input_list.txt").write_text(" ".join(files) + "\n")   # one line per inference
         print("$", " ".join(argv), flush=True)
         done = subprocess.run(argv, env=external.environ(env), capture_output=True, text=True)
         print(done.stdout + done.stderr, flush=True)

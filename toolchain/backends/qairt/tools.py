@@ -16,7 +16,7 @@ from toolchain.spec import SpecError
 
 NAME = "qairt"
 ENV_ROOT, ENV_PYTHON, DEFAULT_PYTHON = "QNN_SDK_ROOT", "QAIRT_PYTHON", "python3.10"
-PAGE_SIZE = 16384   # Android 16 KB-page devices (sherpa-qnn.md §5.3)
+PAGE_SIZE = 16384   # Android 16 KB-page devices (LDFLAGS=-Wl,-z,max-page-size=16384, as sherpa-onnx's workflows)
 TOOLS = ("qnn-onnx-converter", "qnn-model-lib-generator", "qnn-context-binary-generator", "qnn-net-run")
 UTILITY = "qnn-context-binary-utility"   # optional: read-back falls back to libQnnSystem through qnnbin
 HOST_LIBS = ("libQnnHtp.so", "libQnnSystem.so", "libQnnHtpNetRunExtensions.so")
@@ -49,7 +49,7 @@ class Sdk:
 
 def graph_name(cpp: str) -> str:
     """The QNN graph name the converter derives from its output file: the basename, every non-word
-    character as '_' (§1 S4; net.b.cpp -> graph net_b)."""
+    character as '_' (net.b.cpp -> graph net_b)."""
     return c_name(Path(cpp).stem)
 
 
@@ -95,7 +95,7 @@ def env(sdk: Sdk, ldflags: bool = False) -> dict:
 
 
 def converter_argv(sdk: Sdk, onnx: str, cpp: str, input_list: str | None = None, extra=()) -> list[str]:
-    """qnn-onnx-converter, float graph (§1 S4); a calibration list adds native raw inputs; `extra`: the
+    """qnn-onnx-converter, float graph; a calibration list adds native raw inputs; `extra`: the
     graph's own converter_args ([graphs.<g>.compile]), last, so they override the defaults."""
     argv = [sdk.python, sdk.tool("qnn-onnx-converter"), "--input_network", onnx, "--output_path", cpp]
     if input_list:
@@ -137,13 +137,13 @@ def converter_arg_problems(args) -> list[str]:
 
 
 def modellib_argv(sdk: Sdk, cpp: str, weights: str, out_dir: str, targets: list[str]) -> list[str]:
-    """qnn-model-lib-generator (§1 S6): no -t when both targets are built, as the guide runs it."""
+    """qnn-model-lib-generator: no -t when both targets are built, as the guide runs it."""
     argv = [sdk.python, sdk.tool("qnn-model-lib-generator"), "-c", cpp, "-b", weights, "-o", out_dir]
     return argv if set(targets) == {HOST, ANDROID} else argv + ["-t", *targets]
 
 
 def context_argv(sdk: Sdk, model_lib: str, out_dir: str, binary_file: str, config_file: str) -> list[str]:
-    """qnn-context-binary-generator on the x86_64 lib and backend (§1 S8)."""
+    """qnn-context-binary-generator on the x86_64 lib and backend (as sherpa-onnx's workflows run it)."""
     return [sdk.tool("qnn-context-binary-generator"), "--backend", sdk.host_lib("libQnnHtp.so"),
             "--model", model_lib, "--output_dir", out_dir, "--binary_file", binary_file,
             "--config_file", config_file]
