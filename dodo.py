@@ -19,6 +19,7 @@ DOIT_CONFIG = {
     "num_process": limits.jobs(),      # parallel by default: the cores it has; per-stage slots keep it sane
     "reporter": "console" if os.environ.get("CI") else progress.ProgressReporter,   # [n/N], durations, ETA
     "default_tasks": pipeline.DEFAULT,
+    "sort": "definition",              # `doit list`: the stages in pipeline order, not alphabetical
 }
 
 os.makedirs(paths.BUILD, exist_ok=True)   # doit opens the state DB before any task runs
@@ -26,4 +27,5 @@ if buildlock.hold(sys.argv):   # one build per folder: a second doit here stops,
     files.sweep(paths.BUILD)   # then no other step is running: temp files left here are a killed step's
     buildlock.on_interrupt()   # Ctrl-C / SIGTERM: one line, finished tasks kept, no traceback
 PROJECT = project.load("models", full=VARIABLES["full"], extra=VARIABLES["extra"], qairt=VARIABLES["qairt"])
-globals().update(pipeline.task_creators(PROJECT, VARIABLES))   # task_<stage>, task_model, task_chip
+# task_<stage>, task_model, task_chip, in pipeline order for `doit list`
+globals().update(pipeline.in_pipeline_order(pipeline.task_creators(PROJECT, VARIABLES)))

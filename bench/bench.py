@@ -102,7 +102,8 @@ def bench_parallel(work: Path, rows: list, data: dict) -> None:
     base = make_project(work / "fanout", 1, chips)
     doit(base, "parity:tiny", "inspect:tiny/net")   # the chip-independent part, once
     runs = {}
-    for label, args in (("serial", ()), ("-n 2", ("-n", "2")), ("-n 2 limits=compile:2", ("-n", "2", "limits=compile:2"))):
+    for label, args in (("serial", ()), ("-n 2", ("-n", "2")),
+                        ("-n 2 limits=compile:2", ("-n", "2", "limits=compile:2"))):
         root = work / f"fanout-{len(runs)}"
         shutil.copytree(base, root, symlinks=True)
         runs[label] = (doit(root, *args), root)
@@ -115,7 +116,8 @@ def bench_parallel(work: Path, rows: list, data: dict) -> None:
         rows.append((f"{label} vs serial, fan-out 1 model x {len(chips)} chips",
                      f"{run.wall:.1f} s vs {serial.wall:.1f} s", f"{serial.wall / run.wall:.2f}x",
                      ("compile 1 slot (default)" if label == "-n 2" else "2 compiles at once")
-                     + f"; CPU {run.cpu:.0f} vs {serial.cpu:.0f} s; outputs identical: {data['parallel']['identical']}"))
+                     + f"; CPU {run.cpu:.0f} vs {serial.cpu:.0f} s; "
+                       f"outputs identical: {data['parallel']['identical']}"))
 
 
 def bench_script(work: Path, rows: list, data: dict) -> None:

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from projects import ROOT, RESTORED, checkout, doit, make_project  # noqa: E402
+from projects import RESTORED, ROOT, checkout, doit, make_project  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tests"))
 import nginx_cache  # noqa: E402  (the tests' server harness)
@@ -151,18 +151,23 @@ def main(argv=None) -> int:
 
 
 def report(d: dict) -> str:
-    mb = lambda b: f"{b / 1e6:.2f} MB"
+    def mb(b):
+        return f"{b / 1e6:.2f} MB"
+
     pr = d["project"]
     lines = [f"# Fan-out against one HTTP remote cache ({d['server']})", "",
-             f"{pr['models']} models x {len(pr['chips'])} chips ({', '.join(pr['chips'])}), {pr['runners']} clones as runners "
-             f"on one {d['machine']['cpus']}-core machine (they share the cores: a real fan-out gives each its own).", "",
+             f"{pr['models']} models x {len(pr['chips'])} chips ({', '.join(pr['chips'])}), "
+             f"{pr['runners']} clones as runners "
+             f"on one {d['machine']['cpus']}-core machine "
+             "(they share the cores: a real fan-out gives each its own).", "",
              "| run | wall | what | traffic | load (1/5/15 min, before → after) |", "|---|---|---|---|---|",
              f"| cold: one clone, serial, no cache | {d['cold']['seconds']} s | {d['cold']['executed']} tasks | - | "
              f"{d['cold']['load_before']} → {d['cold']['load_after']} |"]
     for phase, ph in d["phases"].items():
         t = ph["traffic"]
         walls = ", ".join(f"runner {r['runner']} {r['seconds']} s ({len(r['jobs'])} jobs)" for r in ph["runners"])
-        lines.append(f"| phase {phase}: {ph['jobs']} jobs over {pr['runners']} runners at once | {ph['wall']} s | {walls} | "
+        lines.append(f"| phase {phase}: {ph['jobs']} jobs over {pr['runners']} runners at once | "
+                     f"{ph['wall']} s | {walls} | "
                      f"up {mb(t['bytes_uploaded'])} ({t['puts']} PUT), down {mb(t['bytes_downloaded'])} "
                      f"({t['get_hits']}/{t['gets']} GET hits) | {ph['load_before']} → {ph['load_after']} |")
     f = d["fresh"]
@@ -170,12 +175,14 @@ def report(d: dict) -> str:
     lines.append(f"| fourth, fresh clone: everything | {f['seconds']} s ({f['share_of_cold']:.1%} of cold) | "
                  f"{f['heavy_steps']} heavy steps, {len(f['computed'])} computed, {f['compiles']} compiles; "
                  f"{f['binaries']} binaries identical to cold: {f['binaries_identical_to_cold']} | "
-                 f"up {mb(t['bytes_uploaded'])}, down {mb(t['bytes_downloaded'])} ({t['get_hits']}/{t['gets']} GET hits) | "
+                 f"up {mb(t['bytes_uploaded'])}, down {mb(t['bytes_downloaded'])} "
+                 f"({t['get_hits']}/{t['gets']} GET hits) | "
                  f"{f['load_before']} → {f['load_after']} |")
     lines += ["", "What a server that does not answer costs a build (one model, one chip, from scratch):", "",
               "| cache | wall | extra | load (before → after) |", "|---|---|---|---|"]
     for name, v in d["dead_server"].items():
-        lines.append(f"| {name} | {v['seconds']} s | {v['extra_seconds']:+.2f} s | {v['load_before']} → {v['load_after']} |")
+        lines.append(f"| {name} | {v['seconds']} s | {v['extra_seconds']:+.2f} s | "
+                     f"{v['load_before']} → {v['load_after']} |")
     return "\n".join(lines) + "\n"
 
 

@@ -60,7 +60,8 @@ def main() -> int:
                                          "status": o.get("status", "identical" if o["identical"] else "differs"),
                                          "identical": o["identical"], "wrapper_identical": o["wrapper_identical"],
                                          "bytes_differing": o.get("bytes_differing")}
-        rows.append({"model": model, "graph": graph, "qnn_nodes": c["nodes"], "weights_mb": round(c["weight_bytes"] / 1e6, 1),
+        rows.append({"model": model, "graph": graph, "qnn_nodes": c["nodes"],
+                     "weights_mb": round(c["weight_bytes"] / 1e6, 1),
                      "source_c_mb": round(os.path.getsize(converted.parent / f"{graph}.c") / 1e6, 2),
                      "convert_s": c["seconds"], "modellib_s": lib["seconds"], "chips": chips})
     route = sum(r["convert_s"] + r["modellib_s"] + sum(c["route_s"] for c in r["chips"].values()) for r in rows)
@@ -83,7 +84,8 @@ def main() -> int:
                 f"{c['bytes_differing']['ep_vs_ep']} B)")
             lines.append(f"| {r['model']}/{r['graph']} | {chip} | {c['route_md5']} | {', '.join(c['ep_md5s'])} | "
                          f"{shown} | {c['route_s']:.1f} | {c['ep_s']:.1f} |")
-    lines += ["", "| model/graph | QNN nodes | weights MB | .c MB | convert s | modellib s |", "|---|---|---|---|---|---|"]
+    lines += ["", "| model/graph | QNN nodes | weights MB | .c MB | convert s | modellib s |",
+              "|---|---|---|---|---|---|"]
     lines += [f"| {r['model']}/{r['graph']} | {r['qnn_nodes']} | {r['weights_mb']} | {r['source_c_mb']} | "
               f"{r['convert_s']:.1f} | {r['modellib_s']:.1f} |" for r in rows]
     lines += ["", f"{result['identical']}/{result['pairs']} binaries byte-identical to an EP compile, "
@@ -109,7 +111,8 @@ def sample(build: Path, chip: str, name: str, repeat: int, out: Path) -> int:
         if (old["model"], old["graph"], old["chip"]) == (model, graph, chip):
             found.update(route=old["route"], ep=old["ep"], load_before=[*old["load_before"], _load()])
     for _ in range(repeat):
-        found["route"].append(_last([sys.executable, "-c", route, str(folder / "model_libs/x86_64-linux" / f"lib{graph}.so"),
+        found["route"].append(_last([sys.executable, "-c", route,
+                                     str(folder / "model_libs/x86_64-linux" / f"lib{graph}.so"),
                                      str(folder / f"{graph}.bin"), chip, json.dumps(options)]))
         found["ep"].append(_last([sys.executable, "-c", ep_md5, str(build / model / graph / f"{graph}.onnx"),
                                   json.dumps(options)]))

@@ -2,8 +2,10 @@
 test): in a fresh clone of this checkout's HEAD, `doit` with the defaults (parallel, steps forked from
 the fork server). Reports the wall time with the load average before it, the seconds every step's own
 process took (`# exit N after S s` in the step logs), and the seconds inside the tools, from the
-records: export (torch.onnx.export), onnxsim, convert (QNN Saver), modellib (gcc), compile (per chip), verify (simulator and CPU reference),
-and, from their steps' times (forks: no imports), parity (PyTorch and CPU) and the sherpa-onnx loop. Writes <out>/first-build.json.
+records: export (torch.onnx.export), onnxsim, convert (QNN Saver), modellib (gcc), compile (per chip), \
+verify (simulator and CPU reference),
+and, from their steps' times (forks: no imports), parity (PyTorch and CPU) and the sherpa-onnx loop. \
+Writes <out>/first-build.json.
 
     python bench/first_build.py [--out bench/results] [--commit REV --name first-build-REV]
 
@@ -48,7 +50,8 @@ def main() -> int:
         before, started = load(), time.monotonic()
         # PYTHONPATH: the clone's own toolchain, not the editable install's (its finder would win in doit's process)
         env = {k: v for k, v in os.environ.items() if k not in ("QNN_JOBS", "QNN_CACHE", "CI")}
-        done = subprocess.run(["doit"], cwd=folder, capture_output=True, text=True, env={**env, "PYTHONPATH": str(folder)})
+        done = subprocess.run(["doit"], cwd=folder, capture_output=True, text=True,
+                              env={**env, "PYTHONPATH": str(folder)})
         wall = time.monotonic() - started
         if done.returncode:
             sys.exit(f"doit failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
@@ -63,7 +66,8 @@ def main() -> int:
                  "parity": sum(float(s) for p in build.glob("*/parity.log") for s in EXIT.findall(p.read_text())),
                  "verify": records(build, "*/*/*/verify.json"),
                  # the sherpa loop's record has no own timing: its step's process time (a fork: no imports)
-                 "sherpa": sum(float(s) for p in build.glob("*/*/*/sherpa-run*.log") for s in EXIT.findall(p.read_text()))}
+                 "sherpa": sum(float(s) for p in build.glob("*/*/*/sherpa-run*.log")
+                               for s in EXIT.findall(p.read_text()))}
         ran = sum(1 for line in done.stdout.splitlines() if line.startswith(".  "))
     result = {"wall_s": round(wall, 1), "load_before": before, "cores": os.cpu_count(), "tasks_run": ran,
               "step_processes_s": round(steps, 1), "in_tool_s": {k: round(v, 1) for k, v in tools.items()},

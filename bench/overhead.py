@@ -10,7 +10,8 @@ In a fresh clone of this checkout's HEAD (so the build is cold and nothing here 
 - the per-chip script (bench/sherpa_style.py, one folder and one process per chip, running the stages the
   doit selection ran, the same stage functions so the same compile options), chips one after another.
 Reports each wall time with the load average before it, the seconds the tools themselves took (export.json,
-onnxsim's line in the simplify log, *.compile.json, the parity step: PyTorch and onnxruntime on the CPU), the seconds every step's process took (`# exit N after
+onnxsim's line in the simplify log, *.compile.json, the parity step: PyTorch and onnxruntime on the CPU), \
+the seconds every step's process took (`# exit N after
 S s`), and the ratios. Writes <out>/overhead-<model>.json."""
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def build(folder: Path, selection: str, jobs: list[str]) -> dict:
     before = load()
     started = time.monotonic()
     done = subprocess.run(["doit", *jobs, selection], cwd=folder, capture_output=True, text=True,
-                          env={k: v for k, v in os.environ.items() if k not in ("QNN_JOBS", "QNN_CACHE", "QNN_WORKERS")})
+                          env={k: v for k, v in os.environ.items()
+                               if k not in ("QNN_JOBS", "QNN_CACHE", "QNN_WORKERS")})
     wall = time.monotonic() - started
     if done.returncode:
         sys.exit(f"doit {' '.join(jobs)} {selection} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
@@ -56,7 +58,8 @@ def seconds(folder: Path, model: str) -> dict:
             "parity": sum(float(m.group(1)) for p in build_dir.glob("parity.log")
                           for m in EXIT.finditer(p.read_text(errors="replace"))),
             "compile": sum(json.loads(p.read_text())["seconds"] for p in build_dir.glob("*/*/*.compile.json"))}
-    steps = sum(float(m.group(1)) for p in build_dir.rglob("*.log") for m in EXIT.finditer(p.read_text(errors="replace")))
+    steps = sum(float(m.group(1)) for p in build_dir.rglob("*.log")
+                for m in EXIT.finditer(p.read_text(errors="replace")))
     return {"in_tool_s": {k: round(v, 1) for k, v in tool.items()}, "step_processes_s": round(steps, 1)}
 
 

@@ -57,11 +57,11 @@ def measure(params: float, chip: str) -> dict:
     rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", run.stderr)
     row = {"params": layers * K * K, "layers": layers, "chip": chip, "fp32_onnx_bytes": layers * K * K * 4,
            "wall_seconds": round(wall, 1), "peak_rss_gb": round(int(rss.group(1)) / 2**20, 2) if rss else None}
-    line = [l for l in run.stdout.splitlines() if l.startswith("RESULT ")]
+    line = [text for text in run.stdout.splitlines() if text.startswith("RESULT ")]
     if line:
         row.update(json.loads(line[0][len("RESULT "):]), ok=True)
     else:
-        errors = [l for l in (run.stdout + run.stderr).splitlines() if "rror" in l or "fail" in l.lower()]
+        errors = [text for text in (run.stdout + run.stderr).splitlines() if "rror" in text or "fail" in text.lower()]
         row.update(ok=False, error=(errors or ["(no error line)"])[-1][-400:])
     return row
 

@@ -65,7 +65,8 @@ STAT = ("{pid} ({comm}) S 1093 1093 0 0 -1 1077936448 51234 0 12 0 {utime} {stim
         "7318474752 61234 18446744073709551615 0 0 0 0 0 0 4612 1 1073775864 0 0 0 17 6 0 0 0 0 0 0 0 0 0 0 0 0 0")
 NO_DEVICE = "adb: no devices/emulators found\n"
 UNAUTHORIZED = ("adb: device unauthorized.\nThis adb server's $ADB_VENDOR_KEYS is not set\n"
-                "Try 'adb kill-server' if that seems wrong.\nOtherwise check for a confirmation dialog on your device.\n")
+                "Try 'adb kill-server' if that seems wrong.\n"
+                "Otherwise check for a confirmation dialog on your device.\n")
 
 
 def install(bin_dir: Path, state: Path, **config) -> Path:

@@ -1,5 +1,7 @@
 """Measure the shape of toolchain/: import cycles, imports that go up between wings, imports hidden in
-functions, functions named by strings, branches on a compiler's name, places that list the stages.
+functions, functions named by strings, branches on a compiler's name, places that list the stages, an engine
+that reads something of a model or QNN, a compiler imported by name outside backends/, import hooks, and the
+model-code API imported by the toolchain itself.
 
     python tests/architecture.py [ROOT]    # prints the counts as JSON (ROOT: a checkout, default this one)
 
@@ -19,10 +21,21 @@ STAGES = ("checkpoint", "export", "simplify", "inspect", "parity", "calibrate", 
 LISTS_STAGES = 8   # a file naming this many stages is a list of them
 # Wing -> the wings it may import (lower layers only). The top-level modules (pipeline, project) join them.
 MAY_IMPORT = {"spec": set(), "engine": set(), "qnn": {"engine"},
-              "stages": {"spec", "engine", "qnn"},
-              "backends": {"spec", "engine", "qnn", "stages"},
-              "deploy": {"spec", "engine", "qnn", "stages"},
-              "phone": {"spec", "engine", "qnn", "stages", "backends", "deploy"}}
+              "shared": {"spec", "engine"},
+              "stages": {"spec", "engine", "qnn", "shared"},
+              "backends": {"spec", "engine", "qnn", "shared", "stages"},
+              "deploy": {"spec", "engine", "qnn", "shared", "stages"},
+              "phone": {"spec", "engine", "qnn", "shared", "stages", "backends", "deploy"}}
+ENGINE_MAY_USE = {"toolchain.errors"}   # outside engine/: the exception types only
+# What a model or QNN is made of: packages the engine must not import, words its strings must not say
+# (docstrings and comments may explain; $QNN_* variables are the project's name, not QNN's).
+MODEL_PACKAGES = ("onnx", "onnxruntime", "onnxruntime_qnn", "torch", "onnxsim", "onnxscript", "numpy")
+QNN_WORDS = re.compile(r"(?i)qnn|htp|onnx|torch|qairt|hexagon|snapdragon|\bsoc\b")
+PROJECT_VARIABLE = re.compile(r"^QNN_[A-Z_]+$")
+# The compilers' own code: no module outside backends/ (but the registry's users) imports one by name.
+REGISTRY_USERS = {"toolchain.pipeline", "toolchain.project"}
+MODEL_API = {"toolchain.modelkit", "toolchain.export", "toolchain.worker", "toolchain.audio",
+             "toolchain.sherpa_whisper"}   # for models/*.py: the toolchain itself never imports these
 FUNCTION_STRING = re.compile(r"^toolchain(\.\w+)+:\w+$")
 
 
@@ -51,6 +64,33 @@ def imports(name: str, path: Path, known: dict) -> list[tuple[str, bool]]:
         elif isinstance(node, ast.Import):
             found += [(a.name, id(node) in in_function) for a in node.names if a.name.split(".")[0] == "toolchain"]
     return [(target, hidden) for target, hidden in found if target in known and target != name]
+
+
+def package_imports(path: Path) -> set[str]:
+    """Top-level names of the packages outside the toolchain a module imports (anywhere in it)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+    return found - {"toolchain"}
+
+
+def strings_naming_qnn(path: Path) -> list[int]:
+    """Lines of string constants (not docstrings, not $QNN_* names) that say a QNN or model word."""
+    tree = ast.parse(path.read_text())
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docs and QNN_WORDS.search(n.value) and not PROJECT_VARIABLE.match(n.value)]
+
+
+def import_hooks(path: Path) -> bool:
+    """Whether a module changes how imports resolve (a sys.meta_path / sys.path_hooks finder)."""
+    return any(isinstance(n, ast.Attribute) and n.attr in ("meta_path", "path_hooks")
+               for n in ast.walk(ast.parse(path.read_text())))
 
 
 def cycles(graph: dict[str, set]) -> list[list[str]]:
@@ -116,8 +156,20 @@ def stages_named(path: Path) -> set[str]:
 def measure(root: Path) -> dict:
     known = modules(root)
     graph, hidden, upward, function_strings, branches = {}, [], [], [], {}
+    engine_reads, compiler_imports, hooks, model_api = [], [], [], []
     for name, path in known.items():
         edges = imports(name, path, known)
+        if wing(name) == "engine":
+            engine_reads += [f"{name} -> {t}" for t, _ in edges if wing(t) != "engine" and t not in ENGINE_MAY_USE]
+            engine_reads += [f"{name} -> {p}" for p in sorted(package_imports(path) & set(MODEL_PACKAGES))]
+            engine_reads += [f"{name}:{line} says QNN" for line in strings_naming_qnn(path)]
+        if wing(name) != "backends" and name not in REGISTRY_USERS:
+            compiler_imports += [f"{name} -> {t}" for t, _ in edges
+                                 if wing(t) == "backends" and t.split(".")[2:3] != ["base"]]
+        if import_hooks(path):
+            hooks.append(name)
+        if name not in MODEL_API:
+            model_api += [f"{name} -> {t}" for t, _ in edges if t in MODEL_API]
         graph[name] = {t for t, _ in edges}
         hidden += [f"{name} -> {t}" for t, inside in edges if inside]
         here = wing(name)
@@ -126,7 +178,8 @@ def measure(root: Path) -> dict:
             if here and there and there != here and there not in MAY_IMPORT[here]:
                 upward.append(f"{name} -> {target}")
         function_strings += [f"{name}: {n.value}" for n in ast.walk(ast.parse(path.read_text()))
-                             if isinstance(n, ast.Constant) and isinstance(n.value, str) and FUNCTION_STRING.match(n.value)]
+                             if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                             and FUNCTION_STRING.match(n.value)]
         own = wing(name) == "backends" or name in ("toolchain.ort_qnn", "toolchain.qairt")   # a compiler's own code
         if not own and compiler_branches(path):
             branches[name] = compiler_branches(path)
@@ -136,7 +189,9 @@ def measure(root: Path) -> dict:
             "import_edges": sum(len(v) for v in graph.values()), "cycles": cycles(graph),
             "function_level_imports": hidden, "upward_imports": upward, "functions_named_by_strings": function_strings,
             "compiler_name_branches": sum(len(v) for v in branches.values()), "compiler_name_branch_files": branches,
-            "places_listing_the_stages": listing}
+            "places_listing_the_stages": listing, "engine_reads_a_model_or_qnn": engine_reads,
+            "compilers_imported_by_name": compiler_imports, "import_hooks": hooks,
+            "model_api_imported_by_the_toolchain": model_api}
 
 
 if __name__ == "__main__":

@@ -1,17 +1,21 @@
-"""Test harness: a throw-away project (the real dodo.py + small models) and doit run in-process."""
+"""Test harness: a throw-away project (the real dodo.py + small models) and doit run in-process; what several test
+files share: spec edits, hand-made ONNX models, separate checkouts and the cache they share, the stand-in QAIRT SDK."""
 from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import runpy
 import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
+import sdk_standin as standin
 
 ROOT = Path(__file__).resolve().parents[1]
 # The tests compare executed-task lists in order: serial unless a test asks for `-n` itself.
@@ -107,12 +111,177 @@ def project(tmp_path) -> Project:
     return Project(tmp_path / "proj")
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Project:
-    """Two tiny models built once for a whole test module (each test may change it, in order)."""
-    p = Project(tmp_path_factory.mktemp("built") / "proj")
-    p.add_tiny("tiny")
-    p.add_tiny("tiny2", seed=1)
-    rc, executed, text = p.run()
-    assert rc == 0, text
-    return p
+# ---- spec edits several test files make (old text -> new text in tiny.toml) ----
+
+ONE_CHIP = {'chips = ["SM8550", "SM8750"]': 'chips = ["SM8750"]'}
+NET = "[graphs.net]\n"
+
+
+# max_rel_w8a16: uint8 per-tensor weights of a tiny random net on Gaussian inputs measure ~0.11.
+W8A16 = {'precision = "fp16"': 'precision = "w8a16"\ncalibration = 8', "max_rel = 0.02": "max_rel_w8a16 = 0.2",
+         'chips = ["SM8550", "SM8750"]': 'chips = ["SM8350", "SM8750"]'}
+
+
+LSTM = '''
+description = "speaker LSTM: mels -> 128-d embedding"
+module = "lstmnet"
+chips = ["SM8750"]
+[license]
+name = "Apache-2.0"
+[checkpoint]
+path = "lstm.pt"
+sha256 = "{sha}"
+format = "torch"
+[export]
+exporter = "legacy"
+opset = 17
+[verify]
+max_rel = 0.02
+min_cosine = 0.999
+[graphs.embedder]
+inputs.mels = {{ shape = [1, 100, 40], dtype = "float32" }}
+outputs.embed = {{ shape = [1, 128], dtype = "float32" }}
+'''
+
+
+# ---- a model whose graph is written by hand with onnx.helper ----
+
+HANDMADE_MODULE = '''
+import onnx
+from onnx import helper as h, TensorProto as T
+
+
+def export(checkpoint, graph, out, settings):
+    x = h.make_tensor_value_info("x", T.{in_type}, {in_shape})
+    y = h.make_tensor_value_info("y", T.FLOAT, {out_shape})
+    nodes = {nodes}
+    model = h.make_model(h.make_graph(nodes, "g", [x], [y]), opset_imports=[h.make_opsetid("", 17)])
+    onnx.save(model, out)
+'''
+
+
+HANDMADE_SPEC = '''
+module = "handmade"
+chips = ["SM8750"]
+[license]
+name = "Apache-2.0"
+[checkpoint]
+path = "handmade.bin"
+sha256 = "{sha}"
+format = "torch"
+[parity]
+reference = "none"   # no PyTorch code: the graphs are written by hand
+[graphs.net]
+inputs.x = {{ shape = [1, 4, 4], dtype = "float32" }}
+outputs.y = {{ shape = {out_shape}, dtype = "float32" }}
+'''
+
+
+def handmade(project, nodes, in_type="FLOAT", in_shape="[1, 4, 4]", out_shape="[1, 4, 4]"):
+    """models/bad.toml + models/handmade.py whose export() writes the given onnx.helper nodes (no PyTorch)."""
+    models = project.root / "models"
+    (models / "handmade.py").write_text(HANDMADE_MODULE.format(nodes=nodes, in_type=in_type, in_shape=in_shape,
+                                                               out_shape=out_shape))
+    (models / "handmade.bin").write_bytes(b"weights live in the export code")
+    sha = hashlib.sha256(b"weights live in the export code").hexdigest()
+    (models / "bad.toml").write_text(textwrap.dedent(HANDMADE_SPEC.format(sha=sha, out_shape=out_shape)))
+
+
+# ---- separate checkouts of one project and the cache they share (`python -m doit` in its own process) ----
+
+TIMES = ("seconds", "compile_seconds", "seconds_per_call")   # the only fields that may differ between builds
+RESTORED = "# restored from cache"
+
+
+def sources(project: Project) -> Project:
+    shutil.copytree(ROOT / "toolchain", project.root / "toolchain", ignore=shutil.ignore_patterns("__pycache__"))
+    return project
+
+
+def checkout(src: Path, dst: Path) -> Path:
+    """Another checkout of the same sources: dodo.py, models/, toolchain/, no build/."""
+    dst.mkdir(parents=True)
+    shutil.copy(src / "dodo.py", dst / "dodo.py")
+    for name in ("models", "toolchain"):
+        shutil.copytree(src / name, dst / name)
+    return dst
+
+
+def doit(root: Path, *args: str, cache_dir: Path | None = None) -> tuple[list[str], str]:
+    """`python -m doit` in root (cache from $QNN_CACHE if given); (executed tasks, output); must pass."""
+    from toolchain.engine import cache, limits
+    env = {k: v for k, v in os.environ.items() if k not in (cache.ENV, limits.ENV)}
+    if cache_dir:
+        env[cache.ENV] = str(cache_dir)
+    done = subprocess.run([sys.executable, "-m", "doit", *args], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [line[3:] for line in done.stdout.splitlines() if line.startswith(".  ")], done.stdout + done.stderr
+
+
+def tool_logs(root: Path) -> dict[str, str]:
+    """{path under build/: text} of every log of a heavy step (worker or external tool: '# exit N after')."""
+    build = root / "build"
+    return {str(p.relative_to(build)): p.read_text() for p in sorted(build.rglob("*.log"))
+            if "\n# exit " in p.read_text()}
+
+
+def untimed(path: Path):
+    """A JSON record without its timings."""
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in TIMES}
+        return [strip(v) for v in value] if isinstance(value, list) else value
+    return strip(json.loads(path.read_text()))
+
+
+def assert_same_outputs(a: Path, b: Path) -> None:
+    """Same files under build/; byte-identical but for logs (times), the reports (times) and JSON
+    records, which must be identical once their timings are removed."""
+    def files(root):
+        return {str(p.relative_to(root / "build")) for p in (root / "build").rglob("*")
+                if p.is_file() and not p.relative_to(root / "build").parts[0].startswith(".")}   # engine books
+    assert files(a) == files(b)
+    for rel in sorted(files(a)):
+        if rel.endswith(".log") or rel in ("report.md", "report.html"):
+            continue
+        if rel.endswith(".json") and sha256(a / "build" / rel) != sha256(b / "build" / rel):
+            assert untimed(a / "build" / rel) == untimed(b / "build" / rel), rel
+            continue
+        assert sha256(a / "build" / rel) == sha256(b / "build" / rel), rel
+
+
+@pytest.fixture(scope="session")
+def reference(tmp_path_factory):
+    """2 models x 2 chips built serially from scratch, filling a cache: (project root, cache folder). Built once per
+    run for the cache, limits, worker, matrix and report tests; none of them changes it (each works on a checkout)."""
+    base = tmp_path_factory.mktemp("scale")
+    project = sources(Project(base / "ref"))
+    project.add_tiny("tiny")
+    project.add_tiny("tiny2", seed=1)
+    doit(project.root, f"cache={base / 'cache'}")   # the cache as a doit variable
+    return project.root, base / "cache"
+
+
+# ---- the stand-in QAIRT SDK (tests/sdk_standin.py) ----
+
+def add_qnet(project: Project, **replace) -> None:
+    """models/qnet.toml (toolchain = "qairt", graph 'net-a') + its onnx.helper export code + a checkpoint."""
+    models = project.root / "models"
+    shutil.copy(FIXTURES / "qnet.py", models / "qnet.py")
+    (models / "qnet.ckpt").write_bytes(b"qnet checkpoint\n")
+    text = (FIXTURES / "qnet.toml").read_text().replace(
+        "@SHA256@", hashlib.sha256(b"qnet checkpoint\n").hexdigest())
+    for old, new in replace.items():
+        text = text.replace(old, new)
+    (models / "qnet.toml").write_text(text)
+
+
+def sdk_env(mp: pytest.MonkeyPatch, tmp: Path, ndk: bool = True, **make) -> Path:
+    """A stand-in SDK and host tools under `tmp`, selected through the environment as a user would."""
+    sdk = standin.make_sdk(tmp / "qairt" / "2.40.0.251030", **make)
+    tools = standin.make_bin(tmp / "hostbin", ndk=ndk)
+    mp.setenv("QNN_SDK_ROOT", str(sdk))
+    mp.setenv("PATH", f"{tools}{os.pathsep}/usr/bin{os.pathsep}/bin")   # no pyenv shims, no stray NDK
+    mp.delenv("QAIRT_PYTHON", raising=False)
+    return sdk

@@ -66,8 +66,8 @@ def set_build_id(root: Path, build_id: str) -> None:
     """(Re)build lib/x86_64-linux-clang/libQnnHtp.so so that backendGetBuildId returns `build_id`."""
     src = root / "standin-htp.c"
     src.write_text(HTP_SOURCE)
-    subprocess.run(["gcc", "-shared", "-fPIC", f'-DBUILD_ID="{build_id}"', "-o", str(root / "lib" / HOST / "libQnnHtp.so"),
-                    str(src)], check=True)
+    subprocess.run(["gcc", "-shared", "-fPIC", f'-DBUILD_ID="{build_id}"', "-o",
+                    str(root / "lib" / HOST / "libQnnHtp.so"), str(src)], check=True)
     configure(root, build_id=build_id)
 
 
@@ -187,6 +187,7 @@ def convert(args, root, knobs):
     and offset."""
     import importlib
     import re
+
     import onnx
     importlib.import_module("qti.aisw.converters")   # fails without the SDK's lib/python on PYTHONPATH
     if args.use_native_input_files and not args.input_list:
@@ -214,7 +215,8 @@ def convert(args, root, knobs):
         return found
     graph = {"name": name, "inputs": tensors(model.graph.input, True), "outputs": tensors(model.graph.output, False)}
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(f"/* stand-in qnn-onnx-converter output, graph {name} */\n#ifdef __cplusplus\nextern \"C\" {{\n#endif\n"
+    out.write_text(f"/* stand-in qnn-onnx-converter output, graph {name} */\n"
+                   "#ifdef __cplusplus\nextern \"C\" {\n#endif\n"
                    f"const char standin_graph[] = {json.dumps(json.dumps(graph))};\n"
                    "int QnnModel_composeGraphs(void) { return 0; }\nint QnnModel_freeGraphsInfo(void) { return 0; }\n"
                    "#ifdef __cplusplus\n}\n#endif\n")
@@ -240,7 +242,8 @@ def modellib(args, root, knobs):
         folder.mkdir(parents=True, exist_ok=True)
         glue = folder / "standin_weights.c"
         glue.write_text(f'__asm__(".section .rodata\\n.global standin_weights\\nstandin_weights:\\n.incbin \\"'
-                        f'{weights.resolve()}\\"\\n.global standin_weights_end\\nstandin_weights_end:\\n.previous\\n");\n'
+                        f'{weights.resolve()}\\"\\n.global standin_weights_end\\n'
+                        'standin_weights_end:\\n.previous\\n");\n'
                         "extern const char standin_weights[], standin_weights_end[];\n"
                         "long standin_weights_size(void) { return standin_weights_end - standin_weights; }\n"
                         "const char* standin_weights_data(void) { return standin_weights; }\n")
@@ -320,7 +323,7 @@ def netrun(args, root, knobs):
     header, onnx_bytes = _read_binary(args.retrieve_context)
     graph = header["graphs"][0]
     session = ort.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
-    for i, line in enumerate(l for l in Path(args.input_list).read_text().splitlines() if l.strip()):
+    for i, line in enumerate(text for text in Path(args.input_list).read_text().splitlines() if text.strip()):
         feeds = {}
         for t, path in zip(graph["inputs"], line.split()):
             data = np.fromfile(path.split(":=")[-1], np.float32).reshape(t["dims"])
@@ -329,7 +332,8 @@ def netrun(args, root, knobs):
                 t.get("onnx_dtype", t["dtype"]))
         result = Path(args.output_dir) / f"Result_{i}"
         result.mkdir(parents=True, exist_ok=True)
-        for t, value in zip(graph["outputs"], session.run([t.get("onnx_name", t["name"]) for t in graph["outputs"]], feeds)):
+        for t, value in zip(graph["outputs"],
+                            session.run([t.get("onnx_name", t["name"]) for t in graph["outputs"]], feeds)):
             np.asarray(value, np.float32).tofile(result / f"{t['name']}.raw")
     print(f"ran {args.retrieve_context}")
 

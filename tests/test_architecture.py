@@ -36,6 +36,37 @@ def test_the_worker_is_given_functions_not_strings_that_name_them():
     assert SHAPE["functions_named_by_strings"] == []
 
 
+def test_the_engine_reads_nothing_of_a_model_or_qnn():
+    """engine/ imports no other wing (but the exception types), no model or QNN package, and its strings name
+    none of them: the stages hand it what it needs (preloads, packages, paths) as data."""
+    assert SHAPE["engine_reads_a_model_or_qnn"] == []
+
+
+def test_no_compiler_is_imported_by_name_outside_backends():
+    """deploy/, phone/, stages/, shared/ reach a compiler through model.backend (backends/base.py), never by name."""
+    assert SHAPE["compilers_imported_by_name"] == []
+
+
+def test_no_import_hook_and_the_model_api_is_for_models_only():
+    assert SHAPE["import_hooks"] == []
+    assert SHAPE["model_api_imported_by_the_toolchain"] == []
+
+
+def test_the_model_api_names_resolve_as_plain_modules():
+    """What model code imports are files an editor opens (no alias made at import time), and the old names give
+    the very objects toolchain.modelkit gives (one StageFailed class whichever name raised it)."""
+    import importlib.util
+
+    from toolchain import audio, export, modelkit, sherpa_whisper, worker
+    for name in ("toolchain.modelkit", "toolchain.export", "toolchain.worker", "toolchain.audio",
+                 "toolchain.sherpa_whisper"):
+        found = importlib.util.find_spec(name)
+        assert found.origin == str(ROOT / (name.replace(".", "/") + ".py"))
+    assert export.torch_to_onnx is modelkit.torch_to_onnx and audio.read_wav is modelkit.read_wav
+    assert worker.StageFailed is modelkit.StageFailed and worker.load_module is modelkit.load_module
+    assert sherpa_whisper.recognize is modelkit.sherpa_whisper.recognize
+
+
 def test_the_measures_can_fail(tmp_path):
     """The same script finds each fault in a tree that has it."""
     pkg = tmp_path / "toolchain"
@@ -50,8 +81,26 @@ def test_the_measures_can_fail(tmp_path):
     (pkg / "backends" / "ort.py").write_text("from toolchain.stages import verify\n")
     (pkg / "spec" / "x.py").write_text("STAGES = " + repr(["export", "simplify", "inspect", "parity", "calibrate",
                                                            "compile", "verify", "manifest"]) + "\n")
+    for wing in ("engine", "phone"):
+        (pkg / wing).mkdir()
+        (pkg / wing / "__init__.py").write_text("")
+    (pkg / "artifacts.py").write_text("")
+    (pkg / "modelkit.py").write_text("")
+    (pkg / "backends" / "qairt.py").write_text("")
+    (pkg / "engine" / "cache.py").write_text("import onnx\nfrom toolchain import artifacts\n"
+                                             "PACKAGES = ('onnxruntime-qnn',)\nENV = 'QNN_CACHE'\n")
+    (pkg / "phone" / "device.py").write_text("from toolchain.backends import qairt\nimport sys\n"
+                                             "sys.meta_path.append(None)\n")
+    (pkg / "stages" / "report.py").write_text("from toolchain import modelkit\n")
     (tmp_path / "dodo.py").write_text("")
     shape = measure(tmp_path)
+    assert shape["engine_reads_a_model_or_qnn"] == ["toolchain.engine.cache -> toolchain.artifacts",
+                                                    "toolchain.engine.cache -> onnx",
+                                                    "toolchain.engine.cache:3 says QNN"]
+    assert shape["compilers_imported_by_name"] == ["toolchain.phone.device -> toolchain.backends.qairt",
+                                                   "toolchain.stages.verify -> toolchain.backends.ort"]
+    assert shape["import_hooks"] == ["toolchain.phone.device"]
+    assert shape["model_api_imported_by_the_toolchain"] == ["toolchain.stages.report -> toolchain.modelkit"]
     assert shape["cycles"] == [["toolchain.backends.ort", "toolchain.stages.verify"]]
     assert shape["upward_imports"] == ["toolchain.stages.verify -> toolchain.backends.ort"]
     assert shape["function_level_imports"] == ["toolchain.stages.verify -> toolchain.spec.x"]

@@ -40,7 +40,9 @@ BARE = {"report.md": "build/report.md, the report stage's", "bench.md": "bench/b
         "export-onnx-streaming.py": "k2-fsa/icefall's zipformer/",
         "gen_qnn_ctx_onnx_model.py": "onnxruntime's QNN EP tools"}
 # Files named in examples of messages, or written by a test into its own tmp project: not citations.
-EXAMPLES = {"models/x.toml", "models/m.py", "models/m.toml", "models/lstm.toml", "models/qnet.toml"}
+# (models/bad.toml and models/handmade.py: what tests/conftest.py's handmade() writes into a test's project.)
+EXAMPLES = {"models/x.toml", "models/m.py", "models/m.toml", "models/lstm.toml", "models/qnet.toml",
+            "models/bad.toml", "models/handmade.py"}
 URL = re.compile(r"\b(?:https?|ftp|file)://\S+|\bwww\.\S+")
 # An upstream repository named before a path: "k2-fsa/sherpa-onnx scripts/..." or "k2-fsa/icefall's egs/...".
 UPSTREAM = re.compile(r"\b(?:k2-fsa|microsoft|onnx|pytorch|huggingface|cmusphinx|quic|qualcomm|google|"

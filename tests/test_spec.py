@@ -1,12 +1,22 @@
-"""Bad specs: one clear message naming the file and the field; nothing already built is touched."""
+"""The spec (toolchain/spec/): a model's TOML loads into records, and every mistake in it is refused at load in one
+line naming the file and the field (exit 3, nothing built touched): values, state pairs, stream geometry, checks,
+precision rules, compiler options, the model code's packages; variants fan one spec out into models."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES, NET, ONE_CHIP
 
-from toolchain.spec import chips
 from toolchain import spec
-from toolchain.spec import SpecError
+from toolchain.errors import SpecError
+from toolchain.spec import chips
 
 
 @pytest.fixture
@@ -60,7 +70,54 @@ def test_a_bad_spec_stops_doit_with_exit_3_and_damages_nothing(project):
     assert project.build_state() == before
 
 
+BAD_SPECS = [
+    ({"max_abs = 1e-4": "max_abs = nan"}, "tiny.toml: parity.max_abs: expected a finite number >= 0"),
+    ({"max_rel = 0.02": "max_rel = inf"}, "tiny.toml: verify.max_rel: expected a finite number >= 0"),
+    ({"max_rel = 0.02": "max_rel = -0.1"}, "tiny.toml: verify.max_rel: expected a finite number >= 0"),
+    ({"max_rel = 0.02": "max_rel = true"}, "tiny.toml: verify.max_rel: expected int or float, got True"),
+    ({"opset = 17": "opset = 99"}, "tiny.toml: export.opset: 99 is outside the opsets torch exports (7-23)"),
+    ({"opset = 17": "opset = 5"}, "tiny.toml: export.opset: 5 is outside"),
+    ({"shape = [1, 4, 16]": "shape = [1, 3, 100000, 100000]"},
+     "tiny.toml: graphs.net.inputs.x.shape: [1, 3, 100000, 100000] float32 is a tensor of 111.8 GiB"),
+    ({"max_rel = 0.02": 'max_rel = 0.02\nclips = ["a"]'},
+     "tiny.toml: verify.clips: names samples, but the model has no"),
+    ({'chips = ["SM8550", "SM8750"]': 'chips = [["SM8550"]]'}, "tiny.toml: chips: expected chip ids (strings)"),
+    ({'chips = ["SM8550", "SM8750"]': 'chips = [{ a = 1 }]'}, "tiny.toml: chips: expected chip ids (strings)"),
+]
+
+
+@pytest.mark.parametrize("replace, message", BAD_SPECS, ids=[m.split(": ")[1] + "-" + str(i) for i, (_, m) in
+                                                             enumerate(BAD_SPECS)])
+def test_a_bad_value_is_one_error_line_naming_file_and_field(project, replace, message):
+    project.add_tiny(**replace)
+    cli = project.doit_cli("list")
+    assert cli.returncode == 3 and "Traceback" not in cli.stderr, cli.stderr
+    assert cli.stderr.startswith("ERROR: ") and message in cli.stderr, cli.stderr
+
+
+def test_a_toml_that_is_not_utf8_names_the_byte_and_line(project):
+    spec = project.add_tiny()
+    spec.write_bytes(spec.read_bytes().replace(b'name = "Apache-2.0"', b'name = "Apache-2.0 \xff"'))
+    cli = project.doit_cli("list")
+    assert cli.returncode == 3 and "Traceback" not in cli.stderr
+    assert "tiny.toml: not UTF-8 text: byte 0xff at offset" in cli.stderr and "(line 6)" in cli.stderr
+
+
+def test_editor_and_os_droppings_in_models_are_skipped_and_said(project):
+    project.add_tiny()
+    models = project.root / "models"
+    (models / "._tiny.toml").write_bytes(b"\x00\x05\x16\x07 macOS AppleDouble\xff")
+    os.symlink("root@host.1234:1700000000", models / ".#tiny.toml")   # an Emacs lock: a dangling link
+    (models / "tiny.toml~").write_text("description = 'a backup'\n")
+    cli = project.doit_cli("list")
+    assert cli.returncode == 0, cli.stderr
+    assert "models/._tiny.toml: skipped" in cli.stderr and "models/.#tiny.toml: skipped" in cli.stderr
+    assert "export" in cli.stdout
+
+
 STREAMING = Path(__file__).parent / "fixtures" / "streaming"
+
+
 STATE_LINE = 'state = { new_cached_key_0 = "cached_key_0", '
 
 
@@ -113,3 +170,118 @@ def test_a_probability_judged_by_the_metric_carries_its_reason(tmp_path):
     g = load(toml).graph("encoder")
     assert dict(g.checks["encoder_out"]) == {"judged_by": "metric", "reason": "greedy tokens"}
     assert dict(g.checks["new_processed_lens"]) == {"max_abs": 0.0}
+
+
+def test_fp16_for_a_chip_without_fp16_is_refused_pointing_at_w8a16(project):
+    path = project.add_tiny("tiny", **{'chips = ["SM8550", "SM8750"]': 'chips = ["SM8350"]'})
+    with pytest.raises(SpecError, match='SM8350 .* has no fp16.*precision = "w8a16"'):
+        spec.load(path, chips.load())
+
+
+def test_w8a16_without_calibration_is_refused(project):
+    path = project.add_tiny("tiny", **{'precision = "fp16"': 'precision = "w8a16"'})
+    with pytest.raises(SpecError, match="graphs.net.calibration: a w8a16 graph needs calibration"):
+        spec.load(path, chips.load())
+
+
+def compile_options(text: str) -> dict:
+    """tiny.toml replacements declaring [graphs.net.compile] `text`."""
+    return {**ONE_CHIP, NET: f'{NET}compile.{text}\n'}
+
+
+@pytest.mark.parametrize("declared, message", [
+    ("ep_options = { enable_htp_monolitic_lstm = true }",
+     "graphs.net.compile.ep_options.enable_htp_monolitic_lstm: not an option of the QNN EP; "
+     "did you mean 'enable_htp_monolithic_lstm'?"),
+    ("ep_options = { vtcm_mb = 4 }", "graphs.net.compile.ep_options.vtcm_mb: set by the chip table"),
+    ('ep_options = { enable_htp_monolithic_lstm = "yes" }',
+     "enable_htp_monolithic_lstm: 'yes': expected true or false (1 or 0)"),
+    ('converter_args = ["--act_bitwidth", "8"]',
+     "graphs.net.compile.converter_args: unknown key (that is a QAIRT option)"),
+    ("ep_options = { htp_performance_mode = [1] }", "htp_performance_mode: [1]: expected burst, balanced"),
+])
+def test_a_compiler_option_is_checked_at_load_naming_the_field(project, declared, message):
+    project.add_tiny(**compile_options(declared))
+    cli = project.doit_cli("list")
+    assert cli.returncode == 3 and cli.stderr.startswith("ERROR: ") and message in cli.stderr, cli.stderr
+    assert "tiny.toml" in cli.stderr and "Traceback" not in cli.stderr
+
+
+@pytest.mark.parametrize("requires, message", [
+    ('["qnn-no-such-package==1.0"]',
+     "requires: qnn-no-such-package is not installed: pip install 'qnn-no-such-package==1.0'"),
+    ('["numpy<2"]', "requires: numpy 2."),
+    ('["numpy>>2"]', "requires: 'numpy>>2' is not a requirement"),
+])
+def test_the_model_codes_packages_are_checked_at_load(project, requires, message):
+    project.add_tiny(**{**ONE_CHIP, 'module = "tinynet"': f'module = "tinynet"\nrequires = {requires}'})
+    cli = project.doit_cli("list")
+    assert cli.returncode == 3 and message in cli.stderr and "Traceback" not in cli.stderr, cli.stderr
+
+
+def test_the_model_codes_packages_are_recorded(project):
+    project.add_tiny(**{**ONE_CHIP, 'module = "tinynet"': 'module = "tinynet"\nrequires = ["numpy>=2"]'})
+    rc, _, text = project.run()
+    assert rc == 0, text
+    import numpy
+    manifest = json.loads((project.root / "build/tiny/ort-qnn/SM8750/manifest.json").read_text())
+    assert manifest["tools"]["model_code"] == {"numpy>=2": numpy.__version__}
+
+
+VARIANTS = '''
+module = "seqnet"
+chips = ["SM8750"]
+[license]
+name = "Apache-2.0"
+[checkpoint]
+path = "seq.pt"
+sha256 = "{sha}"
+format = "torch"
+[export]
+exporter = "legacy"
+opset = 17
+[graphs.net]
+inputs.x = {{ shape = [1, 4, 16], dtype = "float32" }}
+outputs.y = {{ shape = [1, 10], dtype = "float32" }}
+
+[variants.len16]
+export.args.length = 16
+
+[variants.len48]
+export.args.length = 48
+graphs.net.inputs.x.shape = [1, 4, 48]
+'''
+
+
+@pytest.fixture
+def variants(project):
+    models = project.root / "models"
+    (models / "seqnet.py").write_text((FIXTURES / "seqnet.py").read_text())
+    subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(models)!r}); import seqnet; "
+                    f"seqnet.make_checkpoint({str(models / 'seq.pt')!r})"], check=True)
+    sha = hashlib.sha256((models / "seq.pt").read_bytes()).hexdigest()
+    (models / "seq.toml").write_text(VARIANTS.format(sha=sha))
+    return project
+
+
+def test_variants_fan_out_into_models_with_their_own_outputs_and_rows(variants):
+    models = spec.load_file(variants.root / "models/seq.toml", chips.load())
+    assert [m.name for m in models] == ["seq-len16", "seq-len48"]
+    assert models[1].graph("net").inputs[0].shape == (1, 4, 48)
+    rc, executed, text = variants.run()
+    assert rc == 0, text
+    for name, length in (("seq-len16", 16), ("seq-len48", 48)):
+        m = json.loads((variants.root / f"build/{name}/ort-qnn/SM8750/manifest.json").read_text())
+        assert m["binaries"]["net"]["config"]["soc_type"] == "SM8750"
+        assert m["graphs"]["net"]["io"]["inputs"] == [["x", [1, 4, length], "float32"]]
+        assert f"| {name} | SM8750 |" in (variants.root / "build/report.md").read_text()
+    variants.edit("models/seq.toml", "export.args.length = 48", "export.args.length = 40")
+    variants.edit("models/seq.toml", "graphs.net.inputs.x.shape = [1, 4, 48]", "graphs.net.inputs.x.shape = [1, 4, 40]")
+    rc, executed, _ = variants.run()
+    assert rc == 0 and executed and all("seq-len48" in t or t == "report" for t in executed)
+
+
+def test_a_variant_with_a_bad_override_names_the_variant(variants):
+    variants.edit("models/seq.toml", "graphs.net.inputs.x.shape = [1, 4, 48]", "graphs.net.inputs.x.shape = [2, 4, 48]")
+    with pytest.raises(SpecError, match=r"seq.toml \[variants.len48\]: graphs.net.inputs.x.shape: batch"):
+        spec.load_file(variants.root / "models/seq.toml", chips.load())

@@ -1,4 +1,4 @@
-"""Steps for the worker tests (test_speed.py): module-level functions a forked or fresh step can find."""
+"""Steps for the worker tests (test_engine_worker.py): module-level functions a forked or fresh step can find."""
 from __future__ import annotations
 
 import ctypes

@@ -1,34 +1,10 @@
 """qnn-npu-compile's build: spec/ (TOML -> records) -> stages/ (compiler-independent doit stages) ->
 backends/ (the compilers, one surface) -> deploy/ (bundles, runtime contract) and phone/; engine/ runs
-it all (worker, cache, limits, paths) and qnn/ holds the facts of QNN itself. pipeline.py lists the stages.
+it all (worker, cache, limits, stamps) knowing nothing of QNN or a model, qnn/ holds the facts of QNN itself
+(tensor layout, the SDK's layout, the binary reader), shared/ what every checking wing uses (the error measures,
+a model's samples on the CPU, the I/O record, WAV files). errors.py: the exceptions a user sees; artifacts.py:
+where every stage writes in build/; pipeline.py lists the stages.
 
-Model code (models/*.py) imports a few helpers by the names they had before the wings: those names stay,
-as aliases of the modules' new homes, so that a model's own files (dependencies of its tasks) need no edit."""
-from __future__ import annotations
-
-import importlib
-import importlib.abc
-import importlib.util
-import sys
-
-MODEL_CODE_NAMES = {"toolchain.export": "toolchain.stages.export",        # torch_to_onnx()
-                    "toolchain.worker": "toolchain.engine.worker",        # load_module(), StageFailed
-                    "toolchain.sherpa_whisper": "toolchain.deploy.sherpa_whisper",
-                    "toolchain.audio": "toolchain.stages.audio"}            # read_wav(): no libsndfile
-
-
-class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """`import toolchain.export` gives the very module toolchain.stages.export (one module, one StageFailed)."""
-
-    def find_spec(self, name, path=None, target=None):
-        return importlib.util.spec_from_loader(name, self) if name in MODEL_CODE_NAMES else None
-
-    def create_module(self, spec):
-        return importlib.import_module(MODEL_CODE_NAMES[spec.name])
-
-    def exec_module(self, module):
-        pass
-
-
-if not any(isinstance(f, _Alias) for f in sys.meta_path):
-    sys.meta_path.append(_Alias())
+Model code (models/*.py) imports toolchain.modelkit; toolchain.export, .worker, .audio and .sherpa_whisper are
+the names it imported before, kept as plain re-exports so a model's own files (dependencies of its tasks)
+need no edit."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import types
 
 from doit import doit_cmd
 from doit.exceptions import InvalidDodoFile
@@ -27,6 +28,7 @@ from toolchain.stages import (
     simplify,
     verify,
 )
+
 
 def _compiler_stages() -> tuple:
     """Each compiler's own stages in run order; a stage two compilers both have (the design card's `convert` and
@@ -54,6 +56,8 @@ COMPILERS = _compiler_stages()
 # Every stage that runs the x86 HTP simulator holds a slot of one pool: a full-tier verify beside a default one, or
 # the sherpa gate beside a verify, would be two ~2-thread simulators fighting over 2 cores.
 SIMULATOR = "simulator"
+# What the heavy steps import: the fork server imports them once, before its first fork (engine/zygote.py).
+PRELOAD = ("numpy", "onnx", "onnxruntime", "torch", "onnxsim")
 STAGES = (
     Stage("checkpoint", checkpoint.tasks, "Pinned original checkpoint -> PyTorch checkpoint, per model.", "model"),
     Stage("export", export.tasks, "Checkpoint -> static-shape ONNX, per graph.", "graph"),
@@ -75,7 +79,8 @@ STAGES = (
     Stage("bundle", bundle.tasks, "Phone bundles (.tar.bz2: onnxruntime EPContext; sherpa-onnx where its contract "
           "holds), per model and chip.", "model@chip", default=False),
     Stage("sherpa", functools.partial(sherpa_run.tasks, tier="default"),
-          "sherpa-onnx's Whisper loop on the unpacked sherpa bundle via the QNN C API, default tier, per model and chip.",
+          "sherpa-onnx's Whisper loop on the unpacked sherpa bundle via the QNN C API, default tier, "
+          "per model and chip.",
           "model@chip", threads=2, pool=SIMULATOR),
     Stage("sherpa_full", functools.partial(sherpa_run.tasks, tier="full"),
           "sherpa-onnx's Whisper loop on every clip of the bundle (WER), per model and chip; opt-in.", "model@chip",
@@ -122,7 +127,8 @@ def variables() -> dict:
         workers = zygote.mode(given.get(zygote.VAR, ""))
     except ValueError as err:
         raise InvalidDodoFile(f"command line: {err}") from None
-    return {"full": given.get("full", ""), "extra": extra == "1", "qairt": given.get("qairt", ""), "rehash": rehash == "1" or bool(os.environ.get(outputs.ENV)),
+    return {"full": given.get("full", ""), "extra": extra == "1", "qairt": given.get("qairt", ""),
+            "rehash": rehash == "1" or bool(os.environ.get(outputs.ENV)),
             "slots": limits.configured(default_slots(), NAMES, given.get("limits", "")), "workers": workers}
 
 
@@ -140,7 +146,7 @@ def task_creators(project, variables: dict) -> dict:
     for stage in STAGES:
         tasks = stage.tasks(project)
         meta = {"slots": variables["slots"].get(stage.name, 0), "pool": stage.pool or stage.name,
-                "workers": variables["workers"]}
+                "workers": variables["workers"], "preload": PRELOAD}
         made[stage.name] = _engine(tasks, meta, variables["rehash"]) if isinstance(tasks, dict) else \
             [_engine(t, meta, variables["rehash"]) for t in tasks]
     creators = {f"task_{s.name}": _creator(made[s.name], s.doc) for s in STAGES}
@@ -165,14 +171,21 @@ def _engine(task: dict, meta: dict, rehash: bool) -> dict:
 
 
 def _creator(tasks, doc: str):
-    if isinstance(tasks, dict):
-        def create():
-            return tasks
-    else:
-        def create():
-            yield from tasks
+    def create():
+        return tasks if isinstance(tasks, dict) else (task for task in tasks)   # doit takes a generator
     create.__doc__ = doc
     return create
+
+
+def in_pipeline_order(creators: dict) -> dict:
+    """dodo.py's namespace: the creators of task_creators() under names that sort in pipeline order. doit orders
+    creators by name (inspect.getmembers), then by the line they are defined on; one `def` makes all of them, so
+    only the name can keep checkpoint first in `doit list`. The task's name is the object's `basename`."""
+    found = {}
+    for number, (key, create) in enumerate(creators.items()):
+        create.basename = key.removeprefix("task_")
+        found[f"stage_{number:02d}_{create.basename}"] = types.SimpleNamespace(create_doit_tasks=create)
+    return found
 
 
 def _owner(task_name: str) -> tuple[str, str | None]:

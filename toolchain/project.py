@@ -10,7 +10,8 @@ from pathlib import Path
 
 from toolchain import backends, spec
 from toolchain.deploy import sherpa_run
-from toolchain.spec import AUTO, SpecError
+from toolchain.errors import SpecError
+from toolchain.spec import AUTO
 from toolchain.spec import chips as chip_table
 
 
@@ -58,7 +59,8 @@ def load(models_dir: str | Path = "models", full: str = "", extra: bool = False,
     names = [m.name for m in models]
     for name in names:
         if names.count(name) > 1:
-            raise SpecError(f"{models_dir}: two specs make a model named {name!r} (a variant label repeats a file name)")
+            raise SpecError(f"{models_dir}: two specs make a model named {name!r} "
+                            "(a variant label repeats a file name)")
     wanted = tuple(c for c in full.split(",") if c)
     if wanted == ("all",):
         wanted = tuple(chips)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from toolchain.backends import ort_qnn, qairt
+from toolchain.qnn import sdk
 
 REGISTRY = {
     ort_qnn.NAME: ort_qnn.Backend,   # embedded: onnxruntime-qnn's compiler and simulator (the default)
@@ -15,10 +16,10 @@ DEFAULT = ort_qnn.NAME
 
 def choose_auto() -> tuple[str, str]:
     """(compiler, why) for toolchain = "auto": the QAIRT SDK when $QNN_SDK_ROOT is a complete one."""
-    root = os.environ.get(qairt.tools.ENV_ROOT)
+    root = os.environ.get(sdk.ENV_ROOT)
     if not root:
-        return DEFAULT, f"${qairt.tools.ENV_ROOT} is not set"
-    problems = qairt.tools.layout_problems(root)
+        return DEFAULT, f"${sdk.ENV_ROOT} is not set"
+    problems = sdk.layout_problems(root)
     if problems:
-        return DEFAULT, f"${qairt.tools.ENV_ROOT}={root} is not a complete SDK ({problems[0]})"
-    return qairt.NAME, f"${qairt.tools.ENV_ROOT}={root} is a complete SDK"
+        return DEFAULT, f"${sdk.ENV_ROOT}={root} is not a complete SDK ({problems[0]})"
+    return qairt.NAME, f"${sdk.ENV_ROOT}={root} is a complete SDK"

@@ -9,13 +9,14 @@ from pathlib import Path
 
 from doit.tools import config_changed
 
+from toolchain import artifacts
 from toolchain.deploy import sherpa, tarball
-from toolchain.engine import paths
-from toolchain.qnn import compat
 from toolchain.engine.files import read_json, sha256, write_json
-from toolchain.engine.worker import StageFailed, load_module, run
-from toolchain.stages import compare
-from toolchain.stages.export import io_record
+from toolchain.engine.worker import load_module, run
+from toolchain.errors import StageFailed
+from toolchain.qnn import compat
+from toolchain.shared import modeldata
+from toolchain.shared.iorecord import io_record
 
 FORMAT = 2                                          # bump when a bundle's layout changes: every bundle rebuilds
 TOKENS_HOOK = re.compile(r"^def write_tokens\(", re.M)   # models/<m>.py may write a tokens.txt
@@ -36,24 +37,28 @@ def plan(model) -> dict:
 def tasks(project):
     for model, chip in project.model_chips():
         p = plan(model)
-        graphs = {g.name: {"binary": paths.context_binary(model, g, chip), "record": paths.compile_record(model, g, chip),
-                           "context": paths.context_model(model, g, chip) if model.backend.emits_context_model else None}
+        graphs = {g.name: {"binary": artifacts.context_binary(model, g, chip),
+                           "record": artifacts.compile_record(model, g, chip),
+                           "context": artifacts.context_model(model, g, chip)
+                           if model.backend.emits_context_model else None}
                   for g in model.graphs}
         kwargs = {"model": model.name, "chip": chip.record(), "toolchain": model.toolchain, "graphs": graphs,
-                  "manifest": paths.manifest(model, chip), "runtime": paths.runtime_record(model.toolchain, chip),
+                  "manifest": artifacts.manifest(model, chip),
+                  "runtime": artifacts.runtime_record(model.toolchain, chip),
                   "module_file": model.module_file, "data_dir": model.data_dir, "plan": p,
                   "io": {g.name: io_record(g) for g in model.graphs},
-                  "ort_out": None if p["ort_reason"] else paths.ort_bundle(model, chip),
-                  "sherpa_out": None if p["sherpa_reasons"] else paths.sherpa_bundle(model, chip),
-                  "out": paths.bundle_record(model, chip)}
+                  "ort_out": None if p["ort_reason"] else artifacts.ort_bundle(model, chip),
+                  "sherpa_out": None if p["sherpa_reasons"] else artifacts.sherpa_bundle(model, chip),
+                  "out": artifacts.bundle_record(model, chip)}
         shipped = [k for k in ("ort_out", "sherpa_out") if kwargs[k]]
-        log = paths.bundle_log(model, chip)
+        log = artifacts.bundle_log(model, chip)
         yield {"name": f"{model.name}@{chip.tag}",
                "doc": f"{model.name} on {chip.tag}: phone bundles "
                       f"({', '.join(KINDS[k] for k in shipped) or 'none'}) + bundle record"
                       + ("" if kwargs["sherpa_out"] else " [no sherpa-onnx bundle: see bundle.json]"),
                "file_dep": [kwargs["manifest"], kwargs["runtime"], *model.code_files,
-                            *[p for g in graphs.values() for p in g.values() if p], *compare.data_files(model.data_dir)],
+                            *[p for g in graphs.values() for p in g.values() if p],
+                            *modeldata.data_files(model.data_dir)],
                "targets": [kwargs["out"], log] + [kwargs[k] for k in shipped], "clean": True,
                "actions": [(run, (build, kwargs, log))],
                "uptodate": [config_changed({"format": FORMAT, "plan": p, "chip": chip.record(),
@@ -67,7 +72,7 @@ def build(model, chip, toolchain, graphs, manifest, runtime, module_file, data_d
     for g, b in man["binaries"].items():   # never ship a binary that changed after it was verified
         if sha256(graphs[g]["binary"]) != b["sha256"]:
             raise StageFailed(f"{graphs[g]['binary']}: sha256 differs from the manifest's; rebuild it")
-    data = {str(p.relative_to(data_dir)): str(p) for p in map(Path, compare.data_files(data_dir))} if data_dir else {}
+    data = {str(p.relative_to(data_dir)): str(p) for p in map(Path, modeldata.data_files(data_dir))} if data_dir else {}
     common = {"LICENSE": license_text(man).encode(), "QNN-RUNTIME-LICENSE.txt": runtime_license_text(libs).encode(),
               "runtime-libraries.json": (json.dumps(libs, indent=2, sort_keys=True) + "\n").encode()}
     if plan["tokens"]:
@@ -103,7 +108,8 @@ def build(model, chip, toolchain, graphs, manifest, runtime, module_file, data_d
         if not compat.loads(compat.SHERPA_APPS, man["sdk"]["build_id"]):
             record["bundles"]["sherpa-onnx"]["released_apps"] = compat.sherpa_note(man["sdk"]["build_id"])
     else:
-        record["bundles"]["sherpa-onnx"] = {"shipped": False, "family": plan["family"], "reasons": plan["sherpa_reasons"]}
+        record["bundles"]["sherpa-onnx"] = {"shipped": False, "family": plan["family"],
+                                            "reasons": plan["sherpa_reasons"]}
     write_json(out, record)
 
 
@@ -134,7 +140,7 @@ def _check_epcontext(context: str, binary: str) -> None:
 
 def _tokens(module_file: str, io: dict) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
-        compare.with_io(load_module(module_file).write_tokens, io)(f"{tmp}/tokens.txt")
+        modeldata.with_io(load_module(module_file).write_tokens, io)(f"{tmp}/tokens.txt")
         return Path(f"{tmp}/tokens.txt").read_bytes()
 
 
@@ -145,8 +151,8 @@ def _info(man: dict, order: list[str], sherpa_apps: bool = False) -> str:
     lead = {"qnn_build_id": man["sdk"]["build_id"], "needs_qnn_runtime": f"QAIRT>={need['qairt_family']}"}
     if sherpa_apps and "sherpa_onnx_apps" in need:
         lead["sherpa_onnx_released_apps"] = f"refuse (they ship QNN {compat.SHERPA_APPS}); see README.md"
-    fields = {**lead, "model": man["model"], "soc": man["chip"]["name"], "soc_id": man["soc_id"], "arch": man["htp_arch"],
-              "toolchain": man["toolchain"], "graphs": ",".join(order),
+    fields = {**lead, "model": man["model"], "soc": man["chip"]["name"], "soc_id": man["soc_id"],
+              "arch": man["htp_arch"], "toolchain": man["toolchain"], "graphs": ",".join(order),
               "precision": ",".join(man["precision"][g] for g in order)}
     for g, c in man.get("state_contract", {}).items():   # a stateful graph: what the app feeds back, and the cut
         fields[f"state_{g}"] = ",".join(f"{o}->{i}" for o, i in c["state"].items())

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from doit.tools import config_changed
 
-from toolchain.engine import paths
+from toolchain import artifacts
 from toolchain.engine.files import sha256, write_json
 from toolchain.engine.worker import in_process
 from toolchain.qnn.layout import ANDROID, device_libraries
@@ -23,7 +23,8 @@ def tasks(project):
     for (toolchain, _), (backend, chip) in sorted(wanted.items(), key=lambda item: item[0]):
         sdk = backend.identity() if backend.sdk_root() else None   # an SDK folder holds the device libraries
         files = [f"{sdk['root']}/{rel}" for rel in _layout(chip.htp_arch).values()] if sdk else []
-        kwargs = {"toolchain": toolchain, "chip": chip.record(), "sdk": sdk, "out": paths.runtime_record(toolchain, chip)}
+        kwargs = {"toolchain": toolchain, "chip": chip.record(), "sdk": sdk,
+                  "out": artifacts.runtime_record(toolchain, chip)}
         own = {"wheel": backend.identity(chip)} if chip.family else {}   # another QAIRT family's wheel pair
         yield {"name": f"{toolchain}@{chip.tag}",
                "doc": f"QNN runtime libraries for {chip.name} (v{chip.htp_arch}) from the {toolchain} toolchain"
@@ -66,7 +67,8 @@ def record(toolchain: str, chip: dict, sdk: dict | None, version: str, wheel: di
                 "license": license_terms(sdk["root"])}
     libs = [{"name": name, "sdk_path": rel, "version": f"QAIRT {family(version)}.x", "sha256": None}
             for name, rel in _layout(arch).items()]
-    wheel = wheel or {"onnxruntime": metadata.version("onnxruntime"), "onnxruntime-qnn": metadata.version("onnxruntime-qnn")}
+    wheel = wheel or {"onnxruntime": metadata.version("onnxruntime"),
+                      "onnxruntime-qnn": metadata.version("onnxruntime-qnn")}
     return {"toolchain": toolchain, "chip": chip["name"], "htp_arch": arch, "build_id": None,
             "family": family(version), "available": False, "libraries": libs,
             "why_not_available": f"onnxruntime-qnn {wheel['onnxruntime-qnn']} ships x86_64 libraries "

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolchain.engine import paths
+from toolchain import artifacts
 from toolchain.engine.files import read_json, sha256, write_json
 from toolchain.engine.worker import in_process
 from toolchain.qnn import compat
@@ -28,11 +28,11 @@ class Choice:
 
 
 def tasks(project):
-    records = [paths.bundle_record(m, c) for m, c in project.model_chips()]
-    manifests = [paths.manifest(m, c) for m, c in project.model_chips()]
-    return {"doc": f"chip index of every bundle -> {paths.INDEX} (chip -> soc id -> arch -> bundle -> sha256)",
-            "file_dep": manifests + records, "targets": [paths.INDEX], "clean": True,
-            "actions": [(in_process, (write, records, paths.INDEX))]}
+    records = [artifacts.bundle_record(m, c) for m, c in project.model_chips()]
+    manifests = [artifacts.manifest(m, c) for m, c in project.model_chips()]
+    return {"doc": f"chip index of every bundle -> {artifacts.INDEX} (chip -> soc id -> arch -> bundle -> sha256)",
+            "file_dep": manifests + records, "targets": [artifacts.INDEX], "clean": True,
+            "actions": [(in_process, (write, records, artifacts.INDEX))]}
 
 
 def write(records: list[str], out: str):

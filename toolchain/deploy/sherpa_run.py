@@ -5,19 +5,18 @@ libQnnSystem), against the same loop on the CPU float ONNX. Tiers as verify: "de
 [verify] clips, every chip; "full" on every clip of the bundle (WER), opt-in chips."""
 from __future__ import annotations
 
-import tarfile
 import tempfile
-from pathlib import Path
 
 from doit.tools import config_changed
 
-from toolchain.deploy import bundle, sherpa_whisper
-from toolchain.engine import paths
+from toolchain import artifacts
+from toolchain.deploy import bundle, sherpa_whisper, tarball
 from toolchain.engine.files import write_json
-from toolchain.engine.worker import StageFailed, load_module, run
+from toolchain.engine.worker import load_module, run
+from toolchain.errors import StageFailed
 from toolchain.qnn import qnnrun
-from toolchain.stages import compare
-from toolchain.stages.export import io_record
+from toolchain.shared import modeldata
+from toolchain.shared.iorecord import io_record
 
 STAGES = {"default": "sherpa", "full": "sherpa_full"}
 
@@ -37,12 +36,12 @@ def tasks(project, tier: str):
         settings = model.verify
         checks = {"tier": tier, "clips": [] if tier == "full" else list(settings["clips"]),
                   "metric": dict(model.metric)}
-        onnx = {g.name: paths.simplified(model, g) for g in model.graphs}
-        out, log = paths.sherpa_run(model, chip, tier), paths.sherpa_run_log(model, chip, tier)
+        onnx = {g.name: artifacts.simplified(model, g) for g in model.graphs}
+        out, log = artifacts.sherpa_run(model, chip, tier), artifacts.sherpa_run_log(model, chip, tier)
         # The runtime libraries of the SDK that built the binaries (same family for build and runtime):
         # the wheel's for the embedded compiler, the SDK's x86_64 ones for QAIRT-built binaries.
         libs = model.backend.host_libraries()
-        kwargs = {"bundle": paths.sherpa_bundle(model, chip), "module_file": model.module_file, "onnx": onnx,
+        kwargs = {"bundle": artifacts.sherpa_bundle(model, chip), "module_file": model.module_file, "onnx": onnx,
                   "io": {g.name: io_record(g) for g in model.graphs}, "checks": checks, "libs": libs, "out": out}
         what = "all test_wavs, WER" if tier == "full" else f"clips {', '.join(checks['clips'])}"
         yield {"name": f"{model.name}@{chip.name}",
@@ -57,9 +56,7 @@ def tasks(project, tier: str):
 def check(bundle: str, module_file: str, onnx: dict, io: dict, checks: dict, out: str, libs: dict | None = None):
     module = load_module(module_file)
     with tempfile.TemporaryDirectory() as tmp:
-        with tarfile.open(bundle) as tar:   # as an app gets it: the bundle's own files, nothing else
-            tar.extractall(tmp, filter="data")
-        top = next(Path(tmp).iterdir())
+        top = tarball.extract(bundle, tmp)   # as an app gets it: the bundle's own files, nothing else
         clips = module.samples(str(top / "test_wavs"))
         if checks["clips"]:
             clips = [c for c in clips if c[0] in checks["clips"]]
@@ -67,7 +64,7 @@ def check(bundle: str, module_file: str, onnx: dict, io: dict, checks: dict, out
             if missing:
                 raise StageFailed(f"{bundle}: test_wavs/ has no clip(s) {sorted(missing)}")
         table = sherpa_whisper.read_tokens(str(top / "tokens.txt"))
-        cpu = {g: compare.cpu(p) for g, p in onnx.items()}
+        cpu = {g: modeldata.cpu(p) for g, p in onnx.items()}
         with qnnrun.QnnModel(str(top / "encoder.bin"), **(libs or {})) as enc, \
                 qnnrun.QnnModel(str(top / "decoder.bin"), **(libs or {})) as dec:
             try:

@@ -14,7 +14,8 @@ from doit.exceptions import InvalidDodoFile
 
 from toolchain.engine import paths
 
-READ_ONLY = {"list", "info", "help", "dumpdb", "strace", "tabcompletion", "reset-dep"}   # doit commands that build nothing
+# doit commands that build nothing
+READ_ONLY = {"list", "info", "help", "dumpdb", "strace", "tabcompletion", "reset-dep"}
 _HELD: dict[str, int] = {}   # path -> fd, for this process's life (the tests run doit in-process repeatedly)
 
 

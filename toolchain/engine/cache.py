@@ -28,13 +28,13 @@ from pathlib import Path
 
 import doit
 from doit.tools import config_changed
+from packaging.requirements import Requirement
 
 from toolchain.engine import cache_http
 from toolchain.engine.cache_store import FORMAT, Store, Unreachable  # noqa: F401  (Store, Unreachable: the API)
 from toolchain.engine.files import sha256, sha256_memo
 
 ENV, VAR = "QNN_CACHE", "cache"
-PACKAGES = ("torch", "onnx", "onnxruntime", "onnxruntime-qnn", "onnxscript", "onnxsim", "numpy")
 CODE = Path(__file__).parents[1]   # the toolchain package: a stage's own code is part of its tool
 
 
@@ -71,11 +71,24 @@ def open_store(where: Path | str):
 
 @functools.cache
 def tool_id(code: str) -> dict:
-    """Build id of what runs a stage: machine, Python, the pinned packages and the code of the module
-    `code` with every toolchain module it imports (so editing report.py keeps compile's entries). The
-    QAIRT SDK's build id is in the settings of the stages that use it."""
+    """Build id of what runs a stage: machine, Python, the installed version of every package this project
+    requires (its own metadata: the engine names none) and the code of the module `code` with every module of
+    the package it imports (so editing report.py keeps compile's entries). A tool outside Python (an SDK)
+    is in the settings of the stages that use it."""
     return {"machine": platform.machine(), "python": platform.python_version(),
-            "packages": {p: _version(p) for p in PACKAGES}, "code": code_digest(code)}
+            "packages": {p: _version(p) for p in requirements()}, "code": code_digest(code)}
+
+
+@functools.cache
+def requirements() -> tuple[str, ...]:
+    """The packages the distribution holding this code requires (extras left out), from its metadata."""
+    found = []
+    for dist in metadata.packages_distributions().get(CODE.name, []):
+        for line in metadata.requires(dist) or []:
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                found.append(requirement.name)
+    return tuple(sorted(set(found)))
 
 
 def code_digest(module: str) -> dict:

@@ -113,7 +113,7 @@ class HttpStore(Store):
 
     def _request(self, method: str, path: str, body=None, headers: dict | None = None, quiet: bool = False):
         """The answer (a context manager), or None for 404; Unreachable for anything else that went wrong."""
-        import ssl             # here, not at the top: a build without a server never loads urllib's client or ssl
+        import ssl  # here, not at the top: a build without a server never loads urllib's client or ssl
         import urllib.error
         import urllib.request
         if _down(self.name):

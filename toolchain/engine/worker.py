@@ -15,15 +15,12 @@ from doit.exceptions import TaskError, TaskFailed
 
 from toolchain.engine import cache, limits, zygote
 from toolchain.engine.files import atomic_path
+from toolchain.errors import StageFailed  # the worker's importers of old took it from here
 
 FAILED = "STAGE-FAILED: "
 EXIT_FAILED = 3
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # toolchain/
 FUNCTION = "__function__"
-
-
-class StageFailed(Exception):
-    """An expected failure (bad model, CPU partition, accuracy miss): one clear message, no traceback."""
 
 
 def run(function, kwargs: dict, log: str, task):
@@ -39,7 +36,8 @@ def run(function, kwargs: dict, log: str, task):
     interpreter = (meta["python"], meta.get("python_env")) if meta.get("python") else None
     fresh = meta.get("workers") == "fresh"
     return cache.run(task, action, function.__module__, log,
-                     lambda: limits.call(task, _call, name, plain, log, fresh, interpreter))
+                     lambda: limits.call(task, _call, name, plain, log, fresh, interpreter,
+                                         tuple(meta.get("preload", ()))))
 
 
 def in_process(function, *args, **kwargs):
@@ -79,7 +77,8 @@ def _function(name: str):
     return getattr(importlib.import_module(module_name), attr)
 
 
-def _call(function: str, kwargs: dict, log: str, fresh: bool = False, interpreter: tuple | None = None):
+def _call(function: str, kwargs: dict, log: str, fresh: bool = False, interpreter: tuple | None = None,
+          preload: tuple = ()):
     started = time.monotonic()
     python, own_env = interpreter or (sys.executable, None)
     env = {**(own_env or os.environ), "PYTHONUNBUFFERED": "1"}
@@ -89,7 +88,7 @@ def _call(function: str, kwargs: dict, log: str, fresh: bool = False, interprete
             if interpreter:
                 out.write(f"# in {python}\n")
         rc = _fresh(function, kwargs, tmp, env, python) if fresh or interpreter else \
-            _forked(function, kwargs, tmp, env)
+            _forked(function, kwargs, tmp, env, preload)
         with open(tmp, "a") as out:
             out.write(f"# exit {rc} after {time.monotonic() - started:.1f} s\n")
         text = tmp.read_text(errors="replace")
@@ -109,14 +108,14 @@ def _fresh(function: str, kwargs: dict, log, env: dict, python: str = sys.execut
                                stdout=out, stderr=subprocess.STDOUT, env=env)
 
 
-def _forked(function: str, kwargs: dict, log, env: dict) -> int:
+def _forked(function: str, kwargs: dict, log, env: dict, preload: tuple = ()) -> int:
     try:
-        server = zygote.server(env)
+        server = zygote.server(env, preload)
         with open(log, "a") as out:
             out.write(f"# a fork of the fork server, pid {server.process.pid}\n")
         return server.call(function, json.dumps(kwargs), str(log))
     except OSError as err:   # the server is gone (killed, out of memory): this step runs fresh, the next gets a new one
-        zygote.forget(env)
+        zygote.forget(env, preload)
         with open(log, "a") as out:
             out.write(f"# fork server unavailable ({err}); running this step in a fresh process\n")
         return _fresh(function, kwargs, log, env)
@@ -136,7 +135,7 @@ def ended(rc: int) -> str:
 
 SIGNAL_HINTS = {
     "SIGSEGV": ": a crash in native code (a library, or two libraries that clash in one process, e.g. "
-               "libsndfile/soundfile after the QNN HTP libraries: read WAVs with toolchain.audio.read_wav)",
+               "libsndfile/soundfile after the accelerator's libraries: read WAVs with toolchain.modelkit.read_wav)",
     "SIGBUS": ": a file it had mapped changed or vanished, or the disk is full",
     "SIGKILL": ": stopped from outside, most often by the kernel's out-of-memory killer (see `dmesg`)",
     "SIGABRT": ": the process aborted itself, usually a failed assertion in a native library",
@@ -147,7 +146,7 @@ SIGNAL_HINTS = {
 
 def main(argv: list[str]) -> int:
     if argv[0] == zygote.SERVE:   # the fork server (zygote.py): each step it forks runs main() below
-        zygote.serve(argv[1], main)
+        zygote.serve(argv[1], main, argv[2:])
         return 0
     func, kwargs = _function(argv[0]), from_json(argv[1])
     try:

@@ -28,7 +28,6 @@ import sys
 import threading
 import traceback
 
-PRELOAD = ("numpy", "onnx", "onnxruntime", "torch", "onnxsim")   # what the heavy steps import; absent ones skipped
 ENV, VAR = "QNN_WORKERS", "workers"
 SERVE = "--serve"   # `python -m toolchain.engine.worker --serve ADDRESS` starts a server (worker.py knows the step)
 MODES = ("fork", "fresh")
@@ -46,9 +45,10 @@ def mode(given: str = "") -> str:
 class Server:
     """The parent's handle on one fork server."""
 
-    def __init__(self, env: dict):
-        self.address = f"qnn-zygote-{os.getpid()}-{os.urandom(6).hex()}"   # Linux abstract socket: no file
-        self.process = subprocess.Popen([sys.executable, "-m", "toolchain.engine.worker", SERVE, self.address],
+    def __init__(self, env: dict, preload: tuple = ()):
+        self.address = f"fork-server-{os.getpid()}-{os.urandom(6).hex()}"   # Linux abstract socket: no file
+        self.process = subprocess.Popen([sys.executable, "-m", "toolchain.engine.worker", SERVE,
+                                         self.address, *preload],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=os.getcwd())
         line = self.process.stdout.readline()
         if line.strip() != b"ready":
@@ -79,14 +79,15 @@ _SERVERS: dict[tuple[int, str], Server] = {}
 _LOCK = threading.Lock()
 
 
-def _key(env: dict) -> tuple[int, str]:
-    """(this process, its environment): a forked doit process or a changed variable gets its own server."""
-    return os.getpid(), hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest()
+def _key(env: dict, preload: tuple = ()) -> tuple[int, str]:
+    """(this process, its environment and preloads): a forked doit process or a changed variable gets its own."""
+    return os.getpid(), hashlib.sha256(json.dumps([env, list(preload)], sort_keys=True).encode()).hexdigest()
 
 
-def server(env: dict) -> Server:
-    """This process's server for `env` (doit's threads share it; a forked doit process starts its own)."""
-    key = _key(env)
+def server(env: dict, preload: tuple = ()) -> Server:
+    """This process's server for `env` (doit's threads share it; a forked doit process starts its own), having
+    imported the `preload` packages before its first fork (the pipeline names what the heavy steps import)."""
+    key = _key(env, preload)
     with _LOCK:
         if not _SERVERS:
             atexit.register(stop_all)   # doit ends: its servers end with it (and are waited for)
@@ -94,7 +95,7 @@ def server(env: dict) -> Server:
             _SERVERS.pop(old).stop()   # the environment changed: the old server's imports may not hold
         found = _SERVERS.get(key)
         if found is None or not found.alive():
-            found = _SERVERS[key] = Server(env)
+            found = _SERVERS[key] = Server(env, preload)
         return found
 
 
@@ -107,22 +108,22 @@ def stop_all() -> None:
         found.stop()
 
 
-def forget(env: dict) -> None:
+def forget(env: dict, preload: tuple = ()) -> None:
     """Drop a server that failed (the step falls back to a fresh process; the next one starts a new server)."""
     with _LOCK:
-        found = _SERVERS.pop(_key(env), None)
+        found = _SERVERS.pop(_key(env, preload), None)
     if found is not None:
         found.stop()
 
 
 # ---- the server process --------------------------------------------------------------------------------
 
-def serve(address: str, step) -> None:
+def serve(address: str, step, preload=()) -> None:
     """Import the stack, then fork a waiter per request until stdin closes; `step([function, kwargs])` is
     the worker's main, run in each step's fork."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C stops doit and the steps; the server ends on EOF
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # waiters are reaped by the kernel
-    for name in PRELOAD:
+    for name in preload:   # absent ones skipped
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

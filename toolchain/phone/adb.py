@@ -7,7 +7,7 @@ import shlex
 import shutil
 import subprocess
 
-from toolchain.engine.worker import StageFailed
+from toolchain.errors import StageFailed
 
 # adb's own words (platform-tools 29 to 35 prefix them "error:" or "adb:") -> what the user should do.
 FAILURES = (

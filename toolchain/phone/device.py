@@ -7,17 +7,17 @@ import os
 import tempfile
 from pathlib import Path
 
-from toolchain.backends.qairt import tools as qairt
+from toolchain import artifacts
 from toolchain.deploy import selector
 from toolchain.deploy.runtime_libs import family
-from toolchain.engine import paths
 from toolchain.engine.files import read_json, write_json
-from toolchain.engine.worker import StageFailed, load_module
+from toolchain.engine.worker import load_module
+from toolchain.errors import SpecError, StageFailed
 from toolchain.phone import adb, devrun, probe
-from toolchain.phone.phonetask import in_process, number
+from toolchain.phone.phonetask import number, run_logged
+from toolchain.qnn import sdk as sdk_layout
 from toolchain.qnn.layout import ANDROID, device_libraries
-from toolchain.spec import SpecError
-from toolchain.stages import compare
+from toolchain.shared import measures, modeldata
 
 SERIAL = "@SERIAL@"   # the record's path depends on the phone, known only when the task runs
 
@@ -29,23 +29,24 @@ def tasks(project, settings: dict):
         kwargs = {"model": model.name, "module_file": model.module_file, "data_dir": model.data_dir,
                   "clips": list(verify["clips"]), "max_rel": max(verify["max_rel"] if g.precision == "fp16"
                                                                  else verify["max_rel_w8a16"] for g in model.graphs),
-                  "index": paths.INDEX, "chips": chips, "fallback": paths.device_record(model, None, SERIAL),
+                  "index": artifacts.INDEX, "chips": chips, "fallback": artifacts.device_record(model, None, SERIAL),
                   "settings": settings}
         yield {"name": model.name, "doc": f"{model.name} on the attached phone: choose by ro.soc.model, push, run, "
                                           f"compare, measure (opt-in; needs adb and sdk=<QAIRT root>)",
-               "file_dep": [paths.INDEX],
-               "actions": [(in_process, (measure, kwargs, paths.device_log(model)))],
+               "file_dep": [artifacts.INDEX],
+               "actions": [(run_logged, (measure, kwargs, artifacts.device_log(model)))],
                "uptodate": [False], "verbosity": 2}   # a measurement: rerun whenever asked
 
 
 def _chip(model, chip) -> dict:
-    return {"arch": chip.htp_arch, "manifest": paths.manifest(model, chip),
-            "record": paths.device_record(model, chip, SERIAL),
-            "graphs": {g.name: {"binary": paths.context_binary(model, g, chip), "onnx": paths.simplified(model, g),
-                                "compiled": paths.compile_record(model, g, chip),
-                                "context": paths.context_model(model, g, chip)
+    return {"arch": chip.htp_arch, "manifest": artifacts.manifest(model, chip),
+            "record": artifacts.device_record(model, chip, SERIAL),
+            "graphs": {g.name: {"binary": artifacts.context_binary(model, g, chip),
+                                "onnx": artifacts.simplified(model, g),
+                                "compiled": artifacts.compile_record(model, g, chip),
+                                "context": artifacts.context_model(model, g, chip)
                                 if model.backend.emits_context_model else None,
-                                "android_lib": paths.model_lib(model, g, ANDROID)} for g in model.graphs}}
+                                "android_lib": artifacts.model_lib(model, g, ANDROID)} for g in model.graphs}}
 
 
 def measure(model, module_file, data_dir, clips, max_rel, index, chips, fallback, settings):
@@ -78,8 +79,8 @@ def measure(model, module_file, data_dir, clips, max_rel, index, chips, fallback
     devrun.push_all(phone, folder, files, executables=[tool])
     record.update(chip=pick.chip, bundle=pick.bundle, sdk_build_id=man["sdk"]["build_id"], graphs={})
     module = load_module(module_file)
-    cpu = {name: compare.cpu(g["onnx"]) for name, g in graphs.items()}
-    samples = compare.samples(module, data_dir, clips)
+    cpu = {name: modeldata.cpu(g["onnx"]) for name, g in graphs.items()}
+    samples = modeldata.samples(module, data_dir, clips)
     feeds = module.graph_feeds(lambda g, f: cpu[g](f), samples[0] if samples else None)
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -109,12 +110,14 @@ def _graph(phone, folder, name, g, io, feeds, cpu_run, tmp: Path, settings, clk,
     devrun.push_all(phone, remote, {p.name: str(p) for p in sorted((tmp / name).iterdir())})
     devrun.push_all(phone, folder, {f"{name}-{k}.txt": str(tmp / f"{name}-{k}.txt") for k in ("first", "all")})
     command = _command(tool, folder, name, Path(g["binary"]).name, settings)
-    first = devrun.run_sampled(phone, folder, f"{name}-first", command(f"{name}-first.txt", 1), settings["interval"], clk)
+    first = devrun.run_sampled(phone, folder, f"{name}-first", command(f"{name}-first.txt", 1),
+                               settings["interval"], clk)
     if first["rc"] != 0:
         if devrun.LOAD_FAILURE.search(first["log"]):
             return {"libraries_loaded": False, "log_tail": first["log"][-2000:]}
         raise StageFailed(f"{tool} on the phone exited with {first['rc']} for {name}:\n{first['log'][-2000:]}")
-    steady = devrun.run_sampled(phone, folder, f"{name}-all", command(f"{name}-all.txt", runs), settings["interval"], clk)
+    steady = devrun.run_sampled(phone, folder, f"{name}-all", command(f"{name}-all.txt", runs),
+                                settings["interval"], clk)
     if steady["rc"] != 0:
         raise StageFailed(f"{tool} on the phone exited with {steady['rc']} for {name} ({runs} runs):\n"
                           f"{steady['log'][-2000:]}")
@@ -128,8 +131,9 @@ def _graph(phone, folder, name, g, io, feeds, cpu_run, tmp: Path, settings, clk,
         result["outputs"] = "not compared: onnxruntime_perf_test feeds random inputs and writes no outputs"
     else:
         phone.pull(f"{folder}/{name}-all/out", str(tmp / f"{name}-out"))
-        errors = [compare.tensor_errors(lambda _, f: cpu_run(f), lambda _, f, i=i: devrun.read_outputs(
-            tmp / f"{name}-out", i, io["outputs"], qnn["outputs"]), {name: [feed]})[name] for i, feed in enumerate(feeds)]
+        errors = [measures.tensor_errors(lambda _, f: cpu_run(f), lambda _, f, i=i: devrun.read_outputs(
+            tmp / f"{name}-out", i, io["outputs"], qnn["outputs"]), {name: [feed]})[name]
+            for i, feed in enumerate(feeds)]
         result.update(max_abs=max(e["max_abs"] for e in errors), max_rel=max(e["max_rel"] for e in errors))
     cpu_command = _command(tool, folder, name, Path(g["binary"]).name, settings, cpu=True)
     if not settings["cpu_path"]:
@@ -166,10 +170,10 @@ def _command(tool: str, folder: str, name: str, binary: str, settings, cpu: bool
 
 def _runtime_files(sdk: str | None, arch: int, build_id: str, settings) -> tuple[dict, str]:
     """The four libraries (+ the runner) from an SDK of the binaries' version family, or a clear stop."""
-    if not sdk or qairt.layout_problems(sdk):
+    if not sdk or sdk_layout.layout_problems(sdk):
         raise StageFailed(f"device runs need the Android QNN libraries and qnn-net-run: sdk=<QAIRT {family(build_id)} "
-                          f"root> or $QNN_SDK_ROOT ({'; '.join(qairt.layout_problems(sdk))})")
-    got, _ = qairt.read_build_id(sdk)
+                          f"root> or $QNN_SDK_ROOT ({'; '.join(sdk_layout.layout_problems(sdk))})")
+    got, _ = sdk_layout.read_build_id(sdk)
     if family(got) != family(build_id):
         raise StageFailed(f"the SDK at {sdk} is QAIRT {got}, the binaries were built with {build_id}: use a "
                           f"{family(build_id)} SDK (libraries of another family fail at load)")
@@ -194,7 +198,7 @@ VARIABLES = ("sdk", "ort_perf", "runs", "interval", "minutes", "input_seconds", 
 
 def variables(get) -> dict:
     """The device tasks' command-line variables (`doit device:<m> sdk=... runs=20 minutes=30`), checked."""
-    found = {"sdk": get("sdk", None) or os.environ.get(qairt.ENV_ROOT), "ort_perf": get("ort_perf", None),
+    found = {"sdk": get("sdk", None) or os.environ.get(sdk_layout.ENV_ROOT), "ort_perf": get("ort_perf", None),
              "runs": number(get, "runs", int, 10), "interval": number(get, "interval", float, 2.0),
              "minutes": number(get, "minutes", float, 0.0), "input_seconds": number(get, "input_seconds", float, None),
              "kind": get("kind", None) or "onnxruntime"}

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from toolchain.deploy.runtime_libs import ADSP_DEFAULTS
-from toolchain.engine.worker import StageFailed
+from toolchain.errors import StageFailed
 from toolchain.phone import probe
 from toolchain.qnn.layout import layout_permutation
 
@@ -113,7 +113,8 @@ def perf_numbers(log: str) -> dict:
 def drain(phone, folder: str, name: str, command: str, minutes: float) -> dict:
     """Battery and thermal state over a fixed task of `minutes`: `command` repeated back to back."""
     before, seconds = probe.state(phone), max(1, round(minutes * 60))
-    loop = f"( end=$(( $(date +%s) + {seconds} )); n=0; while [ $(date +%s) -lt $end ]; do {command} >/dev/null 2>&1; " \
+    loop = f"( end=$(( $(date +%s) + {seconds} )); n=0; while [ $(date +%s) -lt $end ]; " \
+           f"do {command} >/dev/null 2>&1; " \
            f"n=$((n+1)); done; echo $n )"
     launch(phone, folder, f"{name}-drain", loop)
     done = finish(phone, folder, f"{name}-drain", timeout=seconds + 600)

@@ -8,11 +8,10 @@ from pathlib import Path
 
 from doit.exceptions import TaskFailed
 
-from toolchain.engine.worker import StageFailed
-from toolchain.spec import SpecError
+from toolchain.errors import SpecError, StageFailed
 
 
-def in_process(function, kwargs: dict, log: str):
+def run_logged(function, kwargs: dict, log: str):
     """Run a phone step here, output to the console and `log`. Not through worker.run: its artifact cache
     must never replay a measurement. StageFailed (adb, accuracy, setup) becomes one line, no traceback."""
     Path(log).parent.mkdir(parents=True, exist_ok=True)
@@ -46,7 +45,8 @@ def number(get, name: str, kind, default):
     try:
         value = kind(text)
     except ValueError:
-        raise SpecError(f"command line: {name}={text}: expected {'an integer' if kind is int else 'a number'}") from None
+        raise SpecError(f"command line: {name}={text}: "
+                        f"expected {'an integer' if kind is int else 'a number'}") from None
     if value < 0:
         raise SpecError(f"command line: {name}={text}: must not be negative")
     return value

@@ -63,7 +63,8 @@ def parse_thermal(text: str) -> dict:
     m = re.search(r"Thermal Status:\s*(\d+)", text)
     status = int(m.group(1)) if m else None
     current = text.split("Current temperatures from HAL:")[-1] if "Current temperatures from HAL:" in text else ""
-    temps = {name: float(value) for value, name in re.findall(r"mValue=([-\d.]+), mType=-?\d+, mName=([^,]+),", current)}
+    temps = {name: float(value)
+             for value, name in re.findall(r"mValue=([-\d.]+), mType=-?\d+, mName=([^,]+),", current)}
     return {"status": status, "status_name": THERMAL[status] if status is not None and status < len(THERMAL) else None,
             "temperatures_c": temps}
 
@@ -99,7 +100,8 @@ def summary(samples: list[dict], clk_tck: int) -> dict:
     first, last = samples[0], samples[-1]
     wall = last["t"] - first["t"]
     ticks = lambda s: s["utime"] + s["stime"]   # noqa: E731
-    steps = [(ticks(b) - ticks(a)) / clk_tck / (b["t"] - a["t"]) for a, b in zip(samples, samples[1:]) if b["t"] > a["t"]]
+    steps = [(ticks(b) - ticks(a)) / clk_tck / (b["t"] - a["t"])
+             for a, b in zip(samples, samples[1:]) if b["t"] > a["t"]]
     threads: dict = {}
     for s in samples:
         for row in s["top"]:
@@ -108,7 +110,8 @@ def summary(samples: list[dict], clk_tck: int) -> dict:
                          for tid, t in threads.items()), key=lambda r: -r["mean_cpu_pct"])
     mean = sum(steps) / len(steps) if steps else 0.0
     spread = (sum((x - mean) ** 2 for x in steps) / len(steps)) ** 0.5 / mean if mean else 0.0
-    return {"samples": len(samples), "wall_s": round(wall, 3), "cpu_s": round((ticks(last) - ticks(first)) / clk_tck, 3),
+    return {"samples": len(samples), "wall_s": round(wall, 3),
+            "cpu_s": round((ticks(last) - ticks(first)) / clk_tck, 3),
             "mean_cores": round(mean, 3), "cores_spread": round(spread, 3), "threads": per_thread}
 
 

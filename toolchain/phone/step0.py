@@ -2,11 +2,11 @@
 with the numbers, whether moving it to the NPU is likely worth it."""
 from __future__ import annotations
 
-from toolchain.engine import paths
+from toolchain import artifacts
 from toolchain.engine.files import write_json
-from toolchain.engine.worker import StageFailed
+from toolchain.errors import StageFailed
 from toolchain.phone import adb, probe
-from toolchain.phone.phonetask import in_process, number
+from toolchain.phone.phonetask import number, run_logged
 
 # Our reading of the guide's criteria, as thresholds (heuristics, stated in every verdict).
 BUSY_THREAD_PCT = 50.0     # a thread that keeps half a core busy on average does real work
@@ -17,7 +17,7 @@ STABLE_SPREAD = 0.5        # per-interval load varies less than this (relative):
 def task(settings: dict) -> dict:
     return {"doc": "step 0 on the phone: pid=<pid> or process=<name> [seconds=<fixed task length>]: CPU load per "
                    "thread and wall time of today's CPU path -> is the NPU likely worth it? (opt-in; needs adb)",
-            "actions": [(in_process, (measure, {"settings": settings}, paths.step0_log()))],
+            "actions": [(run_logged, (measure, {"settings": settings}, artifacts.step0_log()))],
             "uptodate": [False], "verbosity": 2}
 
 
@@ -37,7 +37,7 @@ def measure(settings: dict):
               "clk_tck_source": clk_source, "settings": settings, "numbers": numbers, "verdict": verdict, "why": why,
               "not_judged": "whether the work is matrix work with static shapes (read the model), and energy "
                             "(run device:<model> minutes=<n> for battery drain NPU vs CPU)", "samples": samples}
-    out = paths.step0_record(serial, name.replace("/", "_"))
+    out = artifacts.step0_record(serial, name.replace("/", "_"))
     write_json(out, record)
     print(f"{name} (pid {pid}) on {record['device']['model']} ({record['device']['soc_model']}): "
           f"{numbers.get('wall_s')} s wall, {numbers.get('cpu_s')} s CPU, {numbers.get('mean_cores')} cores busy on "

@@ -100,7 +100,8 @@ class _SysIface(C.Structure):
 
 
 class _Iface(C.Structure):
-    # QnnInterface_t; table: propertyHasCapability, backendCreate, backendSetConfig, backendGetApiVersion, backendGetBuildId, ...
+    # QnnInterface_t; table: propertyHasCapability, backendCreate, backendSetConfig, backendGetApiVersion,
+    # backendGetBuildId, ...
     _fields_ = [("backendId", C.c_uint32), ("providerName", C.c_char_p), ("coreApi", _Ver),
                 ("backendApi", _Ver), ("fns", C.c_void_p * 5)]
 
@@ -135,7 +136,7 @@ def _dlopen_quiet(path: str) -> C.CDLL:
 
     The pitfall (docs/qairt-families.md): libQnnHtp.so loaded through ctypes before this process has loaded onnxruntime
     (or numpy) makes the process's first QNN EP session segfault (exit 139 in _create_inference_session; measured
-    with the pinned wheel, tests/test_families.py). Loading onnxruntime first makes every later order safe."""
+    with the pinned wheel, tests/test_backend_families.py). Loading onnxruntime first makes every later order safe."""
     if os.path.basename(path).startswith("libQnnHtp"):
         import onnxruntime  # noqa: F401  (its native libraries first: see above)
     sys.stdout.flush()
@@ -288,3 +289,20 @@ def _fields(data: bytes) -> dict:
             continue
         out.setdefault(key, _value(m.group(2).decode()))
     return out
+
+
+MIB = 1 << 20
+
+
+def chip_problems(config: dict, info: dict, chip: dict, given_only: bool = False) -> list[str]:
+    """What a compiled binary says of its chip (config string: arch, vtcm_size; header: socModel) that differs from
+    the chip record; `given_only`: skip the fields the binary does not carry (qnn-context-binary-generator's
+    header may lack socModel, its config the arch)."""
+    found = []
+    if not (given_only and info.get("socModel") is None) and info.get("socModel") != chip["soc_model"]:
+        found.append(f"socModel {info.get('socModel')} != {chip['soc_model']} ({chip['name']})")
+    if not (given_only and "arch" not in config) and config.get("arch") != chip["htp_arch"]:
+        found.append(f"arch {config.get('arch')} != {chip['htp_arch']}")
+    if not (given_only and "vtcm_size" not in config) and config.get("vtcm_size") != chip["vtcm_mb"] * MIB:
+        found.append(f"vtcm_size {config.get('vtcm_size')} != {chip['vtcm_mb']} MiB")
+    return found

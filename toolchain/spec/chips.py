@@ -6,7 +6,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolchain.spec import SpecError, Table
+from toolchain.errors import SpecError
+from toolchain.spec.table import Table
 
 TABLE = Path(__file__).with_name("chips.toml")
 CHIP_ID = re.compile(r"^[A-Z0-9]+$")

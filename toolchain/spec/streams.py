@@ -40,7 +40,7 @@ def checks(t, outputs) -> dict:
                 if key in c.data:
                     entry[key] = c.number(key, 0.0)
             if not entry:
-                c.fail("", f"give max_abs, max_rel and/or min_cosine, or judged_by = \"metric\" with a reason")
+                c.fail("", "give max_abs, max_rel and/or min_cosine, or judged_by = \"metric\" with a reason")
             if entry.get("min_cosine", 0) > 1:
                 c.fail("min_cosine", f"a cosine similarity is at most 1, got {entry['min_cosine']}")
             found[name] = entry

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 # What one task of a stage is per, which decides its name and the `model:` / `chip:` aliases it joins.
-SCOPES = ("model", "graph", "graph@chip", "model@chip", "toolchain@chip", "qairt", "build", "phone")   # qairt: per QAIRT family
+# qairt: per QAIRT family
+SCOPES = ("model", "graph", "graph@chip", "model@chip", "toolchain@chip", "qairt", "build", "phone")
 
 
 @dataclass(frozen=True)

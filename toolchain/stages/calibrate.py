@@ -15,22 +15,23 @@ from pathlib import Path
 import numpy as np
 from doit.tools import config_changed
 
-from toolchain.engine import paths
+from toolchain import artifacts
 from toolchain.engine.files import atomic_dir, write_json
-from toolchain.engine.worker import StageFailed, load_module, run
+from toolchain.engine.worker import load_module, run
+from toolchain.errors import StageFailed
 from toolchain.qnn.layout import native_permutation
-from toolchain.stages import compare
+from toolchain.shared import modeldata
 
 
 def tasks(project):
     for model in project.models:
-        onnx_files = {g.name: paths.simplified(model, g) for g in model.graphs}
+        onnx_files = {g.name: artifacts.simplified(model, g) for g in model.graphs}
         for graph in model.graphs:
             if graph.precision != "w8a16":
                 continue
-            folder, log = paths.calibration(model, graph), paths.calibration_log(model, graph)
+            folder, log = artifacts.calibration(model, graph), artifacts.calibration_log(model, graph)
             inputs = [[t.name, list(t.shape), t.dtype] for t in graph.inputs]
-            raws = [paths.calibration_raw(model, graph, i, t[0]) for i in range(graph.calibration) for t in inputs]
+            raws = [artifacts.calibration_raw(model, graph, i, t[0]) for i in range(graph.calibration) for t in inputs]
             layout = model.backend.calibration_layout
             kwargs = {"module_file": model.module_file, "onnx_files": onnx_files, "data_dir": model.data_dir,
                       "graph": graph.name, "inputs": inputs, "count": graph.calibration, "folder": folder,
@@ -38,8 +39,9 @@ def tasks(project):
                       "field": f"{model.spec_file}: graphs.{graph.name}.calibration"}
             yield {"name": f"{model.name}/{graph.name}",
                    "doc": f"{model.name}/{graph.name}: {graph.calibration} real calibration inputs (raw + input list)",
-                   "file_dep": [*model.code_files, *onnx_files.values(), *compare.data_files(model.data_dir)],
-                   "targets": [paths.calibration_list(model, graph), paths.calibration_record(model, graph), *raws, log],
+                   "file_dep": [*model.code_files, *onnx_files.values(), *modeldata.data_files(model.data_dir)],
+                   "targets": [artifacts.calibration_list(model, graph), artifacts.calibration_record(model, graph),
+                               *raws, log],
                    "clean": True,
                    "actions": [(run, (write, kwargs, log))],
                    "uptodate": [config_changed({k: kwargs[k] for k in ("count", "inputs", "layout", "held_out")})]}
@@ -52,15 +54,15 @@ def permutation(layout: str, shape: list) -> list[int]:
 def write(module_file: str, onnx_files: dict, data_dir, graph: str, inputs: list, count: int, folder: str,
           layout: str = "onnx", held_out: list = (), field: str = ""):
     module = load_module(module_file)
-    cpu = {g: compare.cpu(p) for g, p in onnx_files.items()}
-    every = compare.samples(module, data_dir)
+    cpu = {g: modeldata.cpu(p) for g, p in onnx_files.items()}
+    every = modeldata.samples(module, data_dir)
     samples = [s for s in every if s[0] not in held_out]
     if every and not samples:
         raise StageFailed(f"{data_dir}: every sample is a held-out verify clip ({list(held_out)}); "
                           f"calibration needs samples the default verification tier does not check")
     samples = samples or [None]
     feeds_of = getattr(module, "calibration_feeds", None) or (
-        lambda run, sample: compare.feeds(module, run, sample, {graph: {"inputs": inputs}}, count))
+        lambda run, sample: modeldata.feeds(module, run, sample, {graph: {"inputs": inputs}}, count))
     feeds, used = [], []
     for sample in samples:
         got = feeds_of(lambda g, f: cpu[g](f), sample)[graph]
@@ -82,8 +84,8 @@ def write(module_file: str, onnx_files: dict, data_dir, graph: str, inputs: list
                 array = np.ascontiguousarray(sample[name], dtype=dtype)
                 if list(array.shape) != shape:
                     raise StageFailed(f"calibration input '{name}' has shape {list(array.shape)}, graph takes {shape}")
-                array.transpose(permutation(layout, shape)).tofile(tmp / paths.calibration_raw_name(i, name))
-                files.append(paths.calibration_raw_name(i, name))
+                array.transpose(permutation(layout, shape)).tofile(tmp / artifacts.calibration_raw_name(i, name))
+                files.append(artifacts.calibration_raw_name(i, name))
             lines.append(" ".join(files))
         (tmp / "input_list.txt").write_text("\n".join(lines) + "\n")
     write_json(f"{folder}/calibration.json", {

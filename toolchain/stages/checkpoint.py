@@ -6,9 +6,10 @@ import shutil
 
 from doit.tools import config_changed
 
-from toolchain.engine import paths
+from toolchain import artifacts
 from toolchain.engine.files import atomic_path, sha256
-from toolchain.engine.worker import StageFailed, load_module, run
+from toolchain.engine.worker import load_module, run
+from toolchain.errors import StageFailed
 
 DOC = "verify the pinned checkpoint's sha256 and convert it for the export code"
 
@@ -18,7 +19,7 @@ def tasks(project):
         ck = model.checkpoint
         if ck is None:   # every graph's ONNX comes from a declared command or file
             continue
-        out, log = paths.checkpoint(model), paths.checkpoint_log(model)
+        out, log = artifacts.checkpoint(model), artifacts.checkpoint_log(model)
         settings = {"origin": ck.origin, "sha256": ck.sha256, "format": ck.format}
         kwargs = {"spec_file": model.spec_file, "module_file": model.module_file, "parts": list(ck.parts or [ck.path]),
                   "pinned": ck.sha256, "fmt": ck.format, "out": out}
@@ -48,7 +49,8 @@ def prepare(spec_file: str, module_file: str, parts: list, pinned: str, fmt: str
             try:
                 module.prepare_checkpoint(source, str(tmp), fmt)
             except ValueError as err:   # the model code refusing the format or file: one line, no frames
-                raise StageFailed(f"{spec_file}: checkpoint.format = {fmt!r}: {module_file} refused it: {err}") from None
+                raise StageFailed(f"{spec_file}: checkpoint.format = {fmt!r}: "
+                                  f"{module_file} refused it: {err}") from None
         else:
             shutil.copyfile(source, tmp)
 

@@ -17,11 +17,12 @@ import time
 
 from doit.tools import config_changed
 
-from toolchain.engine import paths
+from toolchain import artifacts
 from toolchain.engine.files import read_json, write_json
-from toolchain.engine.worker import StageFailed, in_process, load_module, run
-from toolchain.stages import compare
-from toolchain.stages.export import io_record
+from toolchain.engine.worker import in_process, load_module, run
+from toolchain.errors import StageFailed
+from toolchain.shared import measures, modeldata
+from toolchain.shared.iorecord import io_record
 
 FLOATS = (1, 10)   # onnx.TensorProto.FLOAT, FLOAT16: the tensors compared (not shapes or indices)
 
@@ -31,16 +32,16 @@ def tasks(project):
         backend, cut = model.backend, pieces(model, chip)
         if not cut:
             continue   # a compiler or precision that cannot compile cut pieces (the task would do nothing)
-        graphs = {g.name: paths.simplified(model, g) for g in model.graphs}
+        graphs = {g.name: artifacts.simplified(model, g) for g in model.graphs}
         thresholds = {g.name: threshold(model, g) for g in model.graphs}
-        out, log = paths.diagnosis(model, chip), paths.diagnosis(model, chip)[:-len(".json")] + ".log"
+        out, log = artifacts.diagnosis(model, chip), artifacts.diagnosis(model, chip)[:-len(".json")] + ".log"
         kwargs = {"module_file": model.module_file, "graphs": graphs, "data_dir": model.data_dir,
                   "clips": list(model.verify["clips"]), "io": {g.name: io_record(g) for g in model.graphs},
                   "pieces": cut, "thresholds": thresholds, "out": out,
                   "spec": model.spec_file}
         yield {"name": f"{model.name}@{chip.tag}",
                "doc": f"{model.name} on {chip.name}: the first op whose simulator output departs from the CPU",
-               "file_dep": [*model.code_files, *graphs.values(), *compare.data_files(model.data_dir),
+               "file_dep": [*model.code_files, *graphs.values(), *modeldata.data_files(model.data_dir),
                             *backend.tool_files(chip)],
                "targets": [out, log], "clean": True,
                "actions": [(run, (locate, kwargs, log)), (in_process, (summary, out))],
@@ -93,9 +94,9 @@ def locate(module_file: str, graphs: dict, data_dir, clips: list, io: dict, piec
            out: str, spec: str = ""):
     import onnx
     module = load_module(module_file)
-    cpu = {name: compare.cpu(path) for name, path in graphs.items()}
-    samples = compare.samples(module, data_dir, clips, f"{spec}: verify.clips")
-    feeds = compare.feeds(module, lambda g, f: cpu[g](f), samples[0] if samples else None, io)
+    cpu = {name: modeldata.cpu(path) for name, path in graphs.items()}
+    samples = modeldata.samples(module, data_dir, clips, f"{spec}: verify.clips")
+    feeds = modeldata.feeds(module, lambda g, f: cpu[g](f), samples[0] if samples else None, io)
     record = {}
     with tempfile.TemporaryDirectory(prefix="diagnose-") as scratch:
         for name, path in graphs.items():
@@ -104,7 +105,7 @@ def locate(module_file: str, graphs: dict, data_dir, clips: list, io: dict, piec
             record[name] = bisect(model, feeds[name][0], lambda piece: factory(piece=piece, **kwargs),
                                   thresholds[name], os.path.join(scratch, name))
             print(f"{name}: {_line(record[name])}", flush=True)
-    write_json(out, compare.finite(record))
+    write_json(out, measures.finite(record))
 
 
 def bisect(model, feeds: dict, compile_piece, limits: dict, scratch: str, output: str | None = None) -> dict:
@@ -167,7 +168,8 @@ def cut_points(model, output: str | None = None) -> list[dict]:
         live.update(o for o in node.output if o)
         if needed is not None and index not in needed:
             continue
-        tensor = output if output in node.output else next((o for o in node.output if o and types.get(o) in FLOATS), None)
+        tensor = (output if output in node.output
+                  else next((o for o in node.output if o and types.get(o) in FLOATS), None))
         if tensor:
             points.append({"index": index, "op": node.name or f"#{index}", "op_type": node.op_type, "tensor": tensor})
     return points
@@ -181,12 +183,12 @@ def measure(model, point: dict, feeds: dict, compile_piece, folder: str, onnx) -
     piece = onnx.utils.Extractor(model).extract_model(needed, [point["tensor"]])
     onnx.save(piece, piece_path)
     inputs = {k: v for k, v in feeds.items() if k in needed}
-    want = compare.cpu(piece_path)(inputs)[point["tensor"]]
+    want = modeldata.cpu(piece_path)(inputs)[point["tensor"]]
     try:
         got = compile_piece(piece_path)(inputs)[point["tensor"]]
     except StageFailed as err:   # e.g. a cut that leaves a piece the compiler refuses
         return {"error": str(err)[:300]}
-    errors = compare.element_errors(want, got)
+    errors = measures.element_errors(want, got)
     return {k: (round(v, 6) if math.isfinite(v) else v) for k, v in errors.items()}
 
 
@@ -223,7 +225,8 @@ def _line(found: dict) -> str:
     first = found.get("first_divergent")
     if not first:
         return found["verdict"]
-    tail = "" if "max_rel" not in first else f": max error {first['max_rel']:.3g} of the range, cosine {first['cosine']:.5f}"
+    tail = ("" if "max_rel" not in first
+            else f": max error {first['max_rel']:.3g} of the range, cosine {first['cosine']:.5f}")
     within = found.get("last_within")
     before = f"; the op before it, {within['op']} ({within['op_type']}), is within" if within else \
         "; it is the first op on the input"

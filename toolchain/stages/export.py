@@ -11,40 +11,35 @@ from importlib import metadata
 
 from doit.tools import config_changed
 
-from toolchain.engine import paths
+from toolchain import artifacts
 from toolchain.engine.files import atomic_path, sha256, write_json
-from toolchain.engine.worker import StageFailed, load_module, run
+from toolchain.engine.worker import load_module, run
+from toolchain.errors import StageFailed
+from toolchain.shared.iorecord import io_record
 
 
 def tool_version() -> dict:
     return {"torch": metadata.version("torch"), "onnxscript": metadata.version("onnxscript")}
 
 
-def io_record(graph) -> dict:
-    """The declared graph interface, as plain JSON."""
-    def tensors(ts):
-        return [[t.name, list(t.shape), t.dtype] for t in ts]
-    return {"inputs": tensors(graph.inputs), "outputs": tensors(graph.outputs)}
-
-
 def tasks(project):
     for model in project.models:
         settings_export = dict(model.export)
         for graph in model.graphs:
-            out, record = paths.exported(model, graph), paths.export_record(model, graph)
-            log = paths.export_log(model, graph)
+            out, record = artifacts.exported(model, graph), artifacts.export_record(model, graph)
+            log = artifacts.export_log(model, graph)
             if graph.source:
                 yield _external_task(model, graph, out, record, log)
                 continue
             settings = {"export": settings_export, "io": io_record(graph), "tool": tool_version()}
             if model.requires:   # the model code's own packages: a new version exports again
                 settings["requires"] = dict(model.requires)
-            kwargs = {"module_file": model.module_file, "checkpoint": paths.checkpoint(model),
+            kwargs = {"module_file": model.module_file, "checkpoint": artifacts.checkpoint(model),
                       "graph": graph.name, "settings": settings_export, "out": out, "record": record}
             yield {"name": f"{model.name}/{graph.name}",
                    "doc": f"{model.name}/{graph.name}: checkpoint -> ONNX ({settings_export['exporter']}, "
                           f"opset {settings_export['opset']}), batch 1, static shapes",
-                   "file_dep": [paths.checkpoint(model), *model.code_files],
+                   "file_dep": [artifacts.checkpoint(model), *model.code_files],
                    "targets": [out, record, log], "clean": True,
                    "actions": [(run, (export, kwargs, log))],
                    "uptodate": [config_changed(settings)]}
@@ -190,7 +185,8 @@ def pin_shapes(model, io: dict, where: str) -> dict:
         dims = output.type.tensor_type.shape.dim
         for axis, dim in enumerate(dims):
             if not dim.HasField("dim_value") or dim.dim_value <= 0:
-                raise StageFailed(f"{where}: output {output.name} axis {axis} ({names.get((output.name, axis)) or '?'}) stays "
+                raise StageFailed(f"{where}: output {output.name} axis {axis} "
+                                  f"({names.get((output.name, axis)) or '?'}) stays "
                                   f"dynamic with the inputs pinned: it depends on data, not on input shapes, so no "
                                   f"static shape can be declared for it (cut the graph before the op that makes it)")
         got = [d.dim_value for d in dims]

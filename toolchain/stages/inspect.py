@@ -5,10 +5,11 @@ import collections
 
 from doit.tools import config_changed
 
-from toolchain.engine import paths
+from toolchain import artifacts
 from toolchain.engine.files import write_json
-from toolchain.engine.worker import StageFailed, in_process
-from toolchain.stages.export import io_record
+from toolchain.engine.worker import in_process
+from toolchain.errors import StageFailed
+from toolchain.shared.iorecord import io_record
 
 DTYPES = {1: "float32", 10: "float16", 6: "int32", 7: "int64", 3: "int8", 2: "uint8", 9: "bool", 11: "float64"}
 INT8 = {2, 3}   # quantize in QNN, never in the ONNX (the guide)
@@ -17,7 +18,7 @@ INT8 = {2, 3}   # quantize in QNN, never in the ONNX (the guide)
 def tasks(project):
     for model in project.models:
         for graph in model.graphs:
-            src, out = paths.simplified(model, graph), paths.inspected(model, graph)
+            src, out = artifacts.simplified(model, graph), artifacts.inspected(model, graph)
             declared = io_record(graph)
             declared["batch_axes"] = {t.name: t.batch_axis for t in graph.inputs + graph.outputs}
             declared["precision"] = graph.precision

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 from doit.tools import config_changed
 
-from toolchain.engine import paths
+from toolchain import artifacts
 from toolchain.engine.files import read_json, write_json
-from toolchain.engine.worker import StageFailed, in_process
+from toolchain.engine.worker import in_process
+from toolchain.errors import StageFailed
 from toolchain.qnn import compat
-from toolchain.spec import plain
+from toolchain.spec.table import plain
 from toolchain.stages import parity, simplify, stream
 
 # What the binary's own config string says about the request (the full string is in *.compile.json).
@@ -37,23 +38,24 @@ def tasks(project):
         checks = {g.name: plain(g.checks) for g in model.graphs if g.checks}
         if checks:   # per-output checks as declared, with the reason an output is judged by the metric
             meta["output_checks"] = checks
-        out = paths.manifest(model, chip)
+        out = artifacts.manifest(model, chip)
         yield {"name": f"{model.name}@{chip.tag}",
                "doc": f"{model.name} on {chip.tag}: manifest (chip, SDK build id, checksums, numbers)",
-               "file_dep": [p for group in sources.values() for p in (group.values() if isinstance(group, dict) else [group])],
+               "file_dep": [p for group in sources.values()
+                            for p in (group.values() if isinstance(group, dict) else [group])],
                "targets": [out], "clean": True,
                "actions": [(in_process, (write, meta, sources, out))],
                "uptodate": [config_changed(meta)]}
 
 
 def _sources(project, model, chip) -> dict:
-    sources = {"parity": paths.parity(model) if parity.available(model) else {},
-               "exports": {g.name: paths.export_record(model, g) for g in model.graphs},
-               "inspect": {g.name: paths.inspected(model, g) for g in model.graphs},
-               "compile": {g.name: paths.compile_record(model, g, chip) for g in model.graphs},
-               "verify": {"default": paths.verified(model, chip)}}
+    sources = {"parity": artifacts.parity(model) if parity.available(model) else {},
+               "exports": {g.name: artifacts.export_record(model, g) for g in model.graphs},
+               "inspect": {g.name: artifacts.inspected(model, g) for g in model.graphs},
+               "compile": {g.name: artifacts.compile_record(model, g, chip) for g in model.graphs},
+               "verify": {"default": artifacts.verified(model, chip)}}
     if project.wants_full_tier(model, chip) and not project.runtime_gate(model):   # else: sherpa_full
-        sources["verify"]["full"] = paths.verified(model, chip, "full")
+        sources["verify"]["full"] = artifacts.verified(model, chip, "full")
     return {**sources, **model.backend.manifest_sources(model, chip)}   # e.g. QAIRT's model-lib records
 
 

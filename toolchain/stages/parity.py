@@ -5,11 +5,13 @@ from importlib import metadata
 
 from doit.tools import config_changed
 
-from toolchain.engine import paths
+from toolchain import artifacts
 from toolchain.engine.files import write_json
-from toolchain.engine.worker import StageFailed, load_module, run
-from toolchain.stages import compare, stream
-from toolchain.stages.export import io_record
+from toolchain.engine.worker import load_module, run
+from toolchain.errors import StageFailed
+from toolchain.shared import measures, modeldata
+from toolchain.shared.iorecord import io_record
+from toolchain.stages import stream
 
 
 def tasks(project):
@@ -18,9 +20,9 @@ def tasks(project):
         if not available(model):
             continue
         settings = {**model.parity, "metric": dict(model.metric)}
-        onnx_files = {g.name: paths.simplified(model, g) for g in model.graphs}
-        out = paths.parity(model)
-        checkpoint = [paths.checkpoint(model)] if model.checkpoint else []
+        onnx_files = {g.name: artifacts.simplified(model, g) for g in model.graphs}
+        out = artifacts.parity(model)
+        checkpoint = [artifacts.checkpoint(model)] if model.checkpoint else []
         kwargs = {"module_file": model.module_file, "checkpoint": (checkpoint or [None])[0],
                   "onnx_files": onnx_files, "data_dir": model.data_dir, "settings": settings, "out": out,
                   "io": {g.name: io_record(g) for g in model.graphs}, "spec": model.spec_file,
@@ -30,9 +32,9 @@ def tasks(project):
                "doc": f"{model.name}: ONNX on CPU vs PyTorch on real inputs (max_abs {settings['max_abs']}"
                       f"{', task metric' if model.data_dir else ''})",
                "file_dep": [*checkpoint, *model.code_files, *onnx_files.values(),
-                            *compare.data_files(model.data_dir)],
-               "targets": [out, paths.parity_log(model)], "clean": True,
-               "actions": [(run, (check, kwargs, paths.parity_log(model)))],
+                            *modeldata.data_files(model.data_dir)],
+               "targets": [out, artifacts.parity_log(model)], "clean": True,
+               "actions": [(run, (check, kwargs, artifacts.parity_log(model)))],
                "uptodate": [config_changed({"settings": settings, "tool": tool})]}
 
 
@@ -56,15 +58,15 @@ def check(module_file: str, checkpoint: str | None, onnx_files: dict, data_dir, 
         raise StageFailed(f"{module_file}: no torch_runner(checkpoint) function, which the parity stage calls to "
                           f"compare the ONNX with PyTorch; write it, or declare [parity] reference = \"none\" "
                           f"(no PyTorch original)")
-    torch_run = compare.with_io(module.torch_runner, io)(checkpoint)
-    cpu = {g: compare.cpu(p) for g, p in onnx_files.items()}
+    torch_run = modeldata.with_io(module.torch_runner, io)(checkpoint)
+    cpu = {g: modeldata.cpu(p) for g, p in onnx_files.items()}
 
     def onnx_run(graph, feeds):
         return cpu[graph](feeds)
 
-    samples, streams = compare.samples(module, data_dir), streams or {}
+    samples, streams = modeldata.samples(module, data_dir), streams or {}
     feeds = stream.tensor_feeds(module, torch_run, samples[0] if samples else None, io, streams, module_file)
-    errors = compare.tensor_errors(torch_run, onnx_run, feeds)
+    errors = measures.tensor_errors(torch_run, onnx_run, feeds)
     record = {"tensors": errors, "settings": settings}
     failures = [f"{g}: max abs error {e['max_abs']:.3g} > {settings['max_abs']}"
                 for g, e in errors.items() if e["max_abs"] > settings["max_abs"]]

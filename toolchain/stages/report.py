@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from toolchain.engine import paths
+from toolchain import artifacts
 from toolchain.engine.files import atomic_path, read_json
 from toolchain.engine.worker import in_process
 from toolchain.stages import families, manifest, report_html
@@ -14,14 +14,14 @@ COLUMNS = ("model", "chip", "arch", "precision", "binaries MB", "compile s", "pa
 
 
 def tasks(project):
-    manifests = [paths.manifest(m, c) for m, c in project.model_chips()]
-    runs = [paths.sherpa_run(m, c, tier) for m, c in project.model_chips() if project.runtime_gate(m)
+    manifests = [artifacts.manifest(m, c) for m, c in project.model_chips()]
+    runs = [artifacts.sherpa_run(m, c, tier) for m, c in project.model_chips() if project.runtime_gate(m)
             for tier in ("default", "full") if tier == "default" or project.wants_full_tier(m, c)]
     return {"doc": "summary table of all manifests -> build/report.md (and stdout), build/report.html",
-            "file_dep": manifests + runs, "targets": [paths.REPORT, paths.REPORT_HTML], "clean": True,
+            "file_dep": manifests + runs, "targets": [artifacts.REPORT, artifacts.REPORT_HTML], "clean": True,
             "verbosity": 2,
-            "actions": [(in_process, (write, manifests, paths.REPORT, runs)),
-                        (in_process, (report_html.write, manifests, paths.REPORT_HTML))]}
+            "actions": [(in_process, (write, manifests, artifacts.REPORT, runs)),
+                        (in_process, (report_html.write, manifests, artifacts.REPORT_HTML))]}
 
 
 def row(m: dict) -> list[str]:
@@ -58,7 +58,10 @@ def cost_rows(manifests: list[dict], runs: dict) -> list[list[str]]:
         if set(m["graphs"]) != {"encoder", "decoder"}:
             continue
         run = runs.get((m["model"], m["chip"]["name"]))
-        mb = lambda b: f"{b / 1e6:.1f}"
+
+        def mb(b):
+            return f"{b / 1e6:.1f}"
+
         rows.append([m["model"], m["chip"]["name"],
                      " / ".join(mb(manifest.io_bytes(m["graphs"][g]["io"])) for g in ("encoder", "decoder")),
                      " / ".join(mb(m["binaries"][g]["bytes"]) for g in ("encoder", "decoder")),

@@ -8,7 +8,7 @@ import math
 from html import escape
 
 from toolchain.engine.files import atomic_path, read_json
-from toolchain.stages import compare
+from toolchain.shared import measures
 from toolchain.stages import families as family_table
 
 WITHIN, OVER, METRIC, COST = "#2a7d2e", "#c0392b", "#999", "#2c6fbb"   # bar colours
@@ -91,8 +91,8 @@ def _check(tier: str, name: str, check: dict, errors: dict, passed, where: str) 
         return _entry(tier, name, None, f"judged by the task metric: {check.get('reason', '')}")
     numbers = {k: float(v) for k, v in errors.items()}   # float(): inf is recorded as "inf"
     detail = (f"max |error| {numbers['max_abs']:.3g}, cosine {numbers['cosine']:.6f}, range {numbers['range']:.3g}; "
-              f"allowed {compare.allowed(check, where)}")
-    return _entry(tier, name, compare.excess(numbers, check), detail)
+              f"allowed {measures.allowed(check, where)}")
+    return _entry(tier, name, measures.excess(numbers, check), detail)
 
 
 def _graph_check(tier: str, graph: str, t: dict, bounds: dict) -> dict:
@@ -206,7 +206,7 @@ def sim_error(record: dict) -> float:
     tensors = record["verify"]["default"]["tensors"].values()
     if "output_checks" not in record:
         return max(t["max_rel"] for t in tensors)
-    return max((compare.excess(o["at_worst_call"], o["check"]) for t in tensors for o in t["outputs"].values()
+    return max((measures.excess(o["at_worst_call"], o["check"]) for t in tensors for o in t["outputs"].values()
                 if o["passed"] is not None), default=0.0)
 
 

@@ -6,9 +6,10 @@ from importlib import metadata
 
 from doit.tools import config_changed
 
-from toolchain.engine import paths
+from toolchain import artifacts
 from toolchain.engine.files import atomic_path
-from toolchain.engine.worker import StageFailed, run
+from toolchain.engine.worker import run
+from toolchain.errors import StageFailed
 from toolchain.stages.export import onnx_or_fail
 
 
@@ -16,8 +17,8 @@ def tasks(project):
     tool = tool_version()
     for model in project.models:
         for graph in model.graphs:
-            src, out = paths.exported(model, graph), paths.simplified(model, graph)
-            log = paths.simplify_log(model, graph)
+            src, out = artifacts.exported(model, graph), artifacts.simplified(model, graph)
+            log = artifacts.simplify_log(model, graph)
             yield {"name": f"{model.name}/{graph.name}",
                    "doc": f"{model.name}/{graph.name}: onnxsim (constant folding, shape inference)",
                    "file_dep": [src], "targets": [out, log], "clean": True,

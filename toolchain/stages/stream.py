@@ -9,8 +9,8 @@ import math
 
 import numpy as np
 
-from toolchain.engine.worker import StageFailed
-from toolchain.stages import compare
+from toolchain.errors import StageFailed
+from toolchain.shared import measures, modeldata
 
 INITIAL = "zeros"   # every state input starts as zeros (silero, icefall and sherpa-onnx all do)
 
@@ -72,16 +72,17 @@ def drift(reference: list, candidate: list, checks: dict) -> dict:
     most exceeded (or the error peaks), the per-chunk max abs error, and whether the output's check holds."""
     found = {}
     for name in reference[0][1]:
-        per_chunk = [compare.element_errors(np.asarray(r[1][name]), np.asarray(c[1][name]))
+        per_chunk = [measures.element_errors(np.asarray(r[1][name]), np.asarray(c[1][name]))
                      for r, c in zip(reference, candidate)]
         diffs = np.concatenate([np.abs(np.asarray(r[1][name], np.float64) - np.asarray(c[1][name], np.float64)).ravel()
                                 for r, c in zip(reference, candidate)])
         check = checks[name]
-        ratios = [compare.excess(e, check) for e in per_chunk]
+        ratios = [measures.excess(e, check) for e in per_chunk]
         abs_per_chunk = [e["max_abs"] for e in per_chunk]
         peak = int(np.argmax(ratios)) if "judged_by" not in check else int(np.argmax(abs_per_chunk))
         found[name] = {"max_abs": max(abs_per_chunk), "p99_abs": float(np.percentile(diffs, 99)),
-                       "max_rel": max(e["max_rel"] for e in per_chunk), "min_cosine": min(e["cosine"] for e in per_chunk),
+                       "max_rel": max(e["max_rel"] for e in per_chunk),
+                       "min_cosine": min(e["cosine"] for e in per_chunk),
                        "peak_chunk": peak, "peak": per_chunk[peak], "check": dict(check),
                        "passed": None if "judged_by" in check else bool(max(ratios) <= 1.0),
                        "per_chunk_max_abs": [float(f"{v:.4g}") for v in abs_per_chunk]}
@@ -119,8 +120,8 @@ def compare_runs(module, samples: list, streams: dict, io: dict, reference, cand
                     failures.append(f"{g}/{o}: free-running stream of clip {sample[0]}, chunk {d['peak_chunk']} of "
                                     f"{len(ref)} (each backend feeding back its own state): max |error| "
                                     f"{p['max_abs']:.3g}, {p['max_rel']:.3g} of the range, cosine {p['cosine']:.5f} "
-                                    f"({compare.RANGE}: {p['range']:.3g}); allowed "
-                                    f"{compare.allowed(d['check'], sources[g][o])}")
+                                    f"({measures.RANGE}: {p['range']:.3g}); allowed "
+                                    f"{measures.allowed(d['check'], sources[g][o])}")
                     failing.append((g, o, ref[d["peak_chunk"]][0]))
     return record, failures, failing, calls
 
@@ -130,7 +131,7 @@ def evaluate(module, run, sample, calls: dict, io: dict):
     [(feeds, outputs)] of the stream graph (a {graph: calls} dict when several graphs stream); `run`
     drives the model's other graphs (a transducer's decoder and joiner) on the same backend."""
     given = next(iter(calls.values())) if len(calls) == 1 else calls
-    return compare.with_io(module.evaluate_stream, io)(run, sample, given)
+    return modeldata.with_io(module.evaluate_stream, io)(run, sample, given)
 
 
 def task_runs(module, samples: list, streams: dict, runs: dict, io: dict, reference, candidate) -> tuple:
@@ -141,7 +142,7 @@ def task_runs(module, samples: list, streams: dict, runs: dict, io: dict, refere
         return tuple({s[0]: evaluate(module, run, s, runs[side][s[0]], io) for s in samples}
                      for side, run in (("reference", reference), ("candidate", candidate)))
     if samples and hasattr(module, "evaluate"):
-        evaluate_all = compare.with_io(module.evaluate, io)
+        evaluate_all = modeldata.with_io(module.evaluate, io)
         return evaluate_all(reference, samples), evaluate_all(candidate, samples)
     return None, None
 
@@ -149,7 +150,7 @@ def task_runs(module, samples: list, streams: dict, runs: dict, io: dict, refere
 def tensor_feeds(module, run, sample, io: dict, streams: dict, where: str, count: int = 6) -> dict:
     """Feeds of the per-call tensor check: the model code's graph_feeds(); else, for a stream graph, `count`
     calls spread over the sample's CPU loop (states as that loop fed them), the rest generated."""
-    feeds = compare.feeds(module, run, sample, io)
+    feeds = modeldata.feeds(module, run, sample, io)
     if hasattr(module, "graph_feeds") or sample is None:
         return feeds
     for g, declared in streams.items():

@@ -1,4 +1,5 @@
-"""Compiled binaries in the x86 HTP simulator (the compiler's own runner: model.backend) against the CPU ONNX, once per (model, chip) and tier.
+"""Compiled binaries in the x86 HTP simulator (the compiler's own runner: model.backend) against the CPU ONNX, \
+once per (model, chip) and tier.
 
 Tiers, because the simulator is ~100x slower than the CPU: "default" runs every chip on the clips the
 spec names (tensor errors + identical transcripts); "full" runs all clips and computes WER."""
@@ -9,11 +10,13 @@ import time
 
 from doit.tools import config_changed
 
-from toolchain.engine import paths
+from toolchain import artifacts
 from toolchain.engine.files import read_json, sha256, write_json
-from toolchain.engine.worker import StageFailed, load_module, run
-from toolchain.stages import compare, diagnose, stream
-from toolchain.stages.export import io_record
+from toolchain.engine.worker import load_module, run
+from toolchain.errors import StageFailed
+from toolchain.shared import measures, modeldata
+from toolchain.shared.iorecord import io_record
+from toolchain.stages import diagnose, stream
 
 
 def tasks(project, tier: str):
@@ -22,12 +25,12 @@ def tasks(project, tier: str):
             continue
         backend, settings, cut = model.backend, model.verify, diagnose.pieces(model, chip)
         clips = () if tier == "full" else settings["clips"]
-        graphs = {g.name: {"onnx": paths.simplified(model, g), "binary": paths.context_binary(model, g, chip),
-                           "record": paths.compile_record(model, g, chip)} for g in model.graphs}
+        graphs = {g.name: {"onnx": artifacts.simplified(model, g), "binary": artifacts.context_binary(model, g, chip),
+                           "record": artifacts.compile_record(model, g, chip)} for g in model.graphs}
         if backend.emits_context_model:
             for g in model.graphs:
-                graphs[g.name]["context"] = paths.context_model(model, g, chip)
-        out, log = paths.verified(model, chip, tier), paths.verify_log(model, chip, tier)
+                graphs[g.name]["context"] = artifacts.context_model(model, g, chip)
+        out, log = artifacts.verified(model, chip, tier), artifacts.verify_log(model, chip, tier)
         precisions = sorted({g.precision for g in model.graphs})
         checks = {"max_rel": max(settings["max_rel"] if p == "fp16" else settings["max_rel_w8a16"]
                                  for p in precisions),
@@ -35,16 +38,16 @@ def tasks(project, tier: str):
         if settings["min_cosine"]:   # only when declared: verify results of other models stay current
             checks["min_cosine"] = settings["min_cosine"]
         if any(g.checks for g in model.graphs):   # likewise: per-output checks and state loops when declared
-            checks["outputs"] = {g.name: compare.output_checks(g, settings) for g in model.graphs}
+            checks["outputs"] = {g.name: measures.output_checks(g, settings) for g in model.graphs}
         if any(g.stream for g in model.graphs):
             checks["streams"] = {g.name: stream.contract(g) for g in model.graphs if g.stream}
         kwargs = {"module_file": model.module_file, "graphs": graphs, "data_dir": model.data_dir,
                   "simulators": {g.name: list(backend.simulator(model, g, chip, tier)) for g in model.graphs},
                   "checks": checks, "out": out, "io": {g.name: io_record(g) for g in model.graphs},
                   "spec": model.spec_file,
-                  "outputs": {g.name: compare.output_checks(g, settings) for g in model.graphs},
-                  "sources": {g.name: {o: compare.check_source(g, o, model.spec_file, c)
-                                       for o, c in compare.output_checks(g, settings).items()}
+                  "outputs": {g.name: measures.output_checks(g, settings) for g in model.graphs},
+                  "sources": {g.name: {o: measures.check_source(g, o, model.spec_file, c)
+                                       for o, c in measures.output_checks(g, settings).items()}
                               for g in model.graphs},
                   "streams": {g.name: {"geometry": dict(g.stream), "state": dict(g.state)}
                               for g in model.graphs if g.stream},
@@ -56,7 +59,7 @@ def tasks(project, tier: str):
         yield {"name": f"{model.name}@{chip.tag}",
                "doc": f"{model.name} on {chip.tag}: {backend.verify_runner_name()} vs CPU ONNX, {tier} tier ({what})",
                "file_dep": [*model.code_files, *[p for g in graphs.values() for p in g.values()],
-                            *compare.data_files(model.data_dir), *backend.tool_files(chip)],
+                            *modeldata.data_files(model.data_dir), *backend.tool_files(chip)],
                "targets": [out, log], "clean": True,
                "actions": [(run, (check, kwargs, log))],
                "uptodate": [config_changed({"checks": checks, **backend.verify_settings(model, chip, tier)})]}
@@ -75,7 +78,7 @@ def check(module_file: str, graphs: dict, data_dir, simulators: dict, checks: di
             raise StageFailed(f"{g['binary']}: sha256 differs from the one recorded at compile "
                               f"({recorded}); the file changed: run `doit clean` on its compile task")
     module = load_module(module_file)
-    cpu = {name: compare.cpu(g["onnx"]) for name, g in graphs.items()}
+    cpu = {name: modeldata.cpu(g["onnx"]) for name, g in graphs.items()}
     sim = {name: _memo(factory(**kwargs)) for name, (factory, kwargs) in simulators.items()}
     streams = streams or {}
 
@@ -85,9 +88,9 @@ def check(module_file: str, graphs: dict, data_dir, simulators: dict, checks: di
     def sim_run(graph, feeds):
         return sim[graph](feeds)
 
-    samples = compare.samples(module, data_dir, checks["clips"], f"{spec}: verify.clips")
+    samples = modeldata.samples(module, data_dir, checks["clips"], f"{spec}: verify.clips")
     feeds = stream.tensor_feeds(module, cpu_run, samples[0] if samples else None, io, streams, module_file)
-    errors = compare.tensor_errors(cpu_run, sim_run, feeds, outputs)
+    errors = measures.tensor_errors(cpu_run, sim_run, feeds, outputs)
     given = samples and hasattr(module, "graph_feeds")
     origin = {g: f"clip {samples[0][0]}" if given or (samples and g in streams) else "generated inputs" for g in io}
     record = {"status": "failed", "tier": checks["tier"], "tensors": errors, "checks": checks}
@@ -98,8 +101,8 @@ def check(module_file: str, graphs: dict, data_dir, simulators: dict, checks: di
                 at = w["at_worst_call"]
                 failures.append(f"{g}/{o}: call {w['worst_call']} of {e['calls']} on {origin[g]} (inputs and states as "
                                 f"the CPU run fed them): max |error| {at['max_abs']:.3g}, {at['max_rel']:.3g} of the "
-                                f"range, cosine {at['cosine']:.5f} ({compare.RANGE}: {at['range']:.3g}); allowed "
-                                f"{compare.allowed(w['check'], sources[g][o])}")
+                                f"range, cosine {at['cosine']:.5f} ({measures.RANGE}: {at['range']:.3g}); allowed "
+                                f"{measures.allowed(w['check'], sources[g][o])}")
     failing = [(g, o, feeds[g][w["worst_call"]]) for g, e in errors.items() for o, w in e["outputs"].items()
                if w["passed"] is False]
     runs = {}
@@ -116,7 +119,7 @@ def check(module_file: str, graphs: dict, data_dir, simulators: dict, checks: di
         failures += diagnose.after_failure({g: v["onnx"] for g, v in graphs.items()}, failing, pieces, thresholds)
     record["status"], record["failures"] = ("failed", failures) if failures else ("passed", [])
     print(_summary(record))
-    write_json(out, compare.finite(record))   # a failed record too: every output's numbers, for the user
+    write_json(out, measures.finite(record))   # a failed record too: every output's numbers, for the user
     if failures:
         raise StageFailed(f"{', '.join(g['binary'] for g in graphs.values())}: " + "; ".join(failures) + hint
                           + f" (every output's numbers: {out})")

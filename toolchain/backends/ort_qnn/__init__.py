@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from toolchain import artifacts
 from toolchain.backends import base
-from toolchain.backends.ort_qnn import compile, convert, ep, familyrun, families, modellib, oracle, quantize
-from toolchain.spec import SpecError
-from toolchain.engine import paths
+from toolchain.backends.ort_qnn import compile, convert, ep, families, familyrun, modellib, oracle, quantize
+from toolchain.errors import SpecError
+from toolchain.shared.iorecord import io_record
 from toolchain.stages import Stage
-from toolchain.stages.export import io_record
 
 NAME = ep.NAME
 
@@ -79,7 +79,7 @@ class Backend(base.Backend):
     def tool_files(self, chip=None) -> list[str]:
         """The wheel's libraries; a family's environment record (it holds the family's library sizes)."""
         family = _family(chip)
-        return [paths.qairt_env(family.name)] if family else ep.library_files()
+        return [artifacts.qairt_env(family.name)] if family else ep.library_files()
 
     def sdk_version(self, chip=None) -> str:
         return self.identity(chip)["qairt"]
@@ -88,7 +88,7 @@ class Backend(base.Backend):
         return io_record(graph)   # the EP keeps ONNX names and layouts
 
     def simulator(self, model, graph, chip, tier: str) -> tuple:
-        found = {"ctx_model": paths.context_model(model, graph, chip), "options": self.options(model, graph, chip)}
+        found = {"ctx_model": artifacts.context_model(model, graph, chip), "options": self.options(model, graph, chip)}
         family = _family(chip)
         if family:   # the family's own simulator, in its own interpreter (familyrun.py)
             return familyrun.simulator, {**found, "python": families.interpreter(family),
@@ -103,7 +103,8 @@ class Backend(base.Backend):
         return ep.piece_simulator, {"options": self.options(model, graph, chip)}
 
     def verify_settings(self, model, chip, tier: str) -> dict:
-        found = {"options": ep.provider_options(chip.record(), model.compile["optimization"]), "tool": self.identity(chip)}
+        found = {"options": ep.provider_options(chip.record(), model.compile["optimization"]),
+                 "tool": self.identity(chip)}
         own = {g.name: ep.option_strings(g.compile["ep_options"]) for g in model.graphs if "ep_options" in g.compile}
         return {**found, "graph_options": own} if own else found   # as before for graphs without their own
 
@@ -119,7 +120,7 @@ class Backend(base.Backend):
 
     def manifest_sources(self, model, chip) -> dict:
         """What each graph became on the NPU (QNN op counts, weight bytes), from its convert record."""
-        routed = {g.name: paths.stage_record(model, g, "convert", family=chip.family)
+        routed = {g.name: artifacts.stage_record(model, g, "convert", family=chip.family)
                   for g in model.graphs if ep.uses_route(g)}
         return {"qnn_graph": routed} if routed else {}
 

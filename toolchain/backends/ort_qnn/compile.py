@@ -3,28 +3,27 @@
 directly instead (one call per chip, as before the design card's route)."""
 from __future__ import annotations
 
-from doit.tools import config_changed
-
 import os
 import time
 
+from doit.tools import config_changed
+
+from toolchain import artifacts
 from toolchain.backends.ort_qnn import context, ep, families, modellib
-from toolchain.engine import paths
 from toolchain.engine.files import atomic_path, read_json, sha256, write_json
-from toolchain.engine.worker import StageFailed, run
+from toolchain.engine.worker import run
+from toolchain.errors import StageFailed
 from toolchain.qnn import qnnbin
 from toolchain.stages import parity
-
-MIB = 1 << 20
 
 
 def tasks(project):
     for model, graph, chip in project.graph_chips(ep.NAME):
         tool = families.tool(chip.family)
         options = model.backend.options(model, graph, chip)
-        targets = [paths.context_model(model, graph, chip), paths.context_binary(model, graph, chip),
-                   paths.compile_record(model, graph, chip)]
-        log = paths.compile_log(model, graph, chip)
+        targets = [artifacts.context_model(model, graph, chip), artifacts.context_binary(model, graph, chip),
+                   artifacts.compile_record(model, graph, chip)]
+        log = artifacts.compile_log(model, graph, chip)
         kwargs = {"out": targets[0], "record": targets[2], "options": options,
                   "chip": chip.record(), "precision": graph.precision,
                   "io": {"inputs": [[t.name, list(t.shape), t.dtype] for t in graph.inputs],
@@ -32,17 +31,17 @@ def tasks(project):
         settings = {"options": options, "tool": tool, "chip": chip.record(), "precision": graph.precision,
                     "io": kwargs["io"]}
         if ep.uses_route(graph):
-            lib = paths.model_lib(model, graph, modellib.TARGET, chip.family)
-            weights = paths.qnn_weights(model, graph, chip.family)
-            converted = paths.stage_record(model, graph, "convert", family=chip.family)
+            lib = artifacts.model_lib(model, graph, modellib.TARGET, chip.family)
+            weights = artifacts.qnn_weights(model, graph, chip.family)
+            converted = artifacts.stage_record(model, graph, "convert", family=chip.family)
             function, inputs = build, [lib, weights, converted]
             kwargs.update(model_lib=lib, weights=weights, converted=converted)
             if chip.family:   # how this family's libraries and EP differ from the default's (families.toml)
                 kwargs["family"] = settings["family"] = families.table()[chip.family].replay()
             how = "from its model library"
         else:   # the direct EP compile: the settings stay exactly as they were before the route
-            src = paths.compile_source(model, graph)
-            function, inputs = build_direct, [src, paths.inspected(model, graph)]
+            src = artifacts.compile_source(model, graph)
+            function, inputs = build_direct, [src, artifacts.inspected(model, graph)]
             kwargs["src"] = src
             how = "EP compile (route = \"ep\")"
         yield {"name": f"{model.name}/{graph.name}@{chip.tag}",
@@ -127,14 +126,9 @@ def readback_problems(config: dict, info: dict, chip: dict, precision: str, io: 
     found = []
     if config.get("soc_type") != chip["name"]:
         found.append(f"soc_type {config.get('soc_type')} != {chip['name']}")
-    if config.get("arch") != chip["htp_arch"]:
-        found.append(f"arch {config.get('arch')} != {chip['htp_arch']}")
-    if config.get("vtcm_size") != chip["vtcm_mb"] * MIB:
-        found.append(f"vtcm_size {config.get('vtcm_size')} != {chip['vtcm_mb']} MiB")
+    found += qnnbin.chip_problems(config, info, chip)
     if precision == "fp16" and config.get("relaxed_precision_flag") is not True:
         found.append("relaxed_precision_flag is not set: the graph would run in fp32, not fp16")
-    if info.get("socModel") != chip["soc_model"]:
-        found.append(f"socModel {info.get('socModel')} != {chip['soc_model']}")
     graphs = info.get("graphs", [])
     if len(graphs) != 1:
         found.append(f"{len(graphs)} graphs in the binary, expected 1 (a split graph means CPU partitions)")

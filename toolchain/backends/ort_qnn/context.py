@@ -85,7 +85,7 @@ def device_configs(chip: dict, offset: int = DEVICE_CONFIG_OFFSET) -> ConfigList
 
 # The monolithic-LSTM graph option has no number in any documentation at hand; 17 is the one whose replay gives
 # the EP's own bytes for the seeded LSTM (and sets monolithic_lstm_flag in the binary's config string), found by
-# trying the numbers after the documented ones; the oracle test holds it (tests/test_design_card.py).
+# trying the numbers after the documented ones; the oracle test holds it (tests/test_backend_ort_qnn.py).
 HTP_GRAPH_MONOLITHIC_LSTM = 17
 
 
@@ -223,7 +223,7 @@ def write_context_model(out: str, binary_name: str, graph_name: str, io: dict, c
                         wrapper: dict = WRAPPER) -> None:
     """The EPContext ONNX onnxruntime users load (verify runs it), pointing at `binary_name` beside it; `metadata`:
     the source model's metadata_props, which the EP carries over; `wrapper`: how the family's EP writes it."""
-    import onnx   # heavy: only in the compile step's process
+    import onnx  # heavy: only in the compile step's process
     import onnxruntime_qnn.build_and_package_info as info
     from onnx import helper
 

@@ -19,10 +19,11 @@ from pathlib import Path
 
 from doit.tools import config_changed
 
+from toolchain import artifacts
 from toolchain.backends.ort_qnn import ep, families
-from toolchain.engine import paths
 from toolchain.engine.files import atomic_path, read_json, write_json
-from toolchain.engine.worker import StageFailed, run
+from toolchain.engine.worker import run
+from toolchain.errors import StageFailed
 from toolchain.stages import parity
 
 SAVER_DIR = "saver_output"   # where the Saver writes, relative to the working folder (no option moves it)
@@ -38,8 +39,8 @@ def _tasks(project, model, family: str):
     for graph in model.graphs:
         if not ep.uses_route(graph):
             continue
-        src, targets = paths.compile_source(model, graph), outputs(model, graph, family)
-        log = paths.stage_log(model, graph, "convert", family=family)
+        src, targets = artifacts.compile_source(model, graph), outputs(model, graph, family)
+        log = artifacts.stage_log(model, graph, "convert", family=family)
         options = lowering_options(project.chips[model.chips[0]], model, graph, family)
         kwargs = {"src": src, "source_c": targets[0], "weights": targets[1], "record": targets[2],
                   "options": options}
@@ -48,7 +49,7 @@ def _tasks(project, model, family: str):
                "doc": f"{model.name}/{graph.name}: QNN Saver recording of the EP's HTP lowering -> "
                       f"{graph.name}.c + {graph.name}.bin ({graph.precision}"
                       f"{f', QAIRT {family}' if family else ''}){last_summary(targets[2])}",
-               "file_dep": [src, paths.inspected(model, graph), *families.tool_files(family), *saver],
+               "file_dep": [src, artifacts.inspected(model, graph), *families.tool_files(family), *saver],
                "task_dep": parity.gate(model), "targets": targets + [log], "meta": families.step_meta(family),
                "clean": True, "actions": [(run, (record, kwargs, log))],
                "uptodate": [config_changed({"graph_options": ep.option_strings(graph.compile.get("ep_options", {})),
@@ -68,8 +69,8 @@ def last_summary(record: str) -> str:
 
 
 def outputs(model, graph, family: str = "") -> list[str]:
-    return [paths.qnn_source(model, graph, family), paths.qnn_weights(model, graph, family),
-            paths.stage_record(model, graph, "convert", family=family)]
+    return [artifacts.qnn_source(model, graph, family), artifacts.qnn_weights(model, graph, family),
+            artifacts.stage_record(model, graph, "convert", family=family)]
 
 
 def lowering_options(chip, model, graph, family: str = "") -> dict:

@@ -4,14 +4,13 @@ from __future__ import annotations
 import difflib
 import functools
 import mmap
-import os
 import re
 import time
 from importlib import metadata
 from pathlib import Path
 
 from toolchain.engine.files import atomic_dir
-from toolchain.engine.worker import StageFailed
+from toolchain.errors import StageFailed
 
 NAME = "ort-qnn"
 # Printed whenever libQnnHtp.so is loaded (the LIBNATIVE line on stdout) or a QNN session opens; pure noise.
@@ -168,7 +167,8 @@ def _checked_session(src: str, options: dict, config: dict, what: str) -> None:
         if cpu:
             listed = ", ".join(f"{name or '<unnamed>'} ({op})" for name, op in cpu)
             hint = ("; a GELU exported at opset 18 is Erf, which the QNN EPs of QAIRT 2.47-2.49 leave on the CPU: "
-                    "export at opset 20 (one Gelu node, every family takes it)") if any(op == "Erf" for _, op in cpu) else ""
+                    "export at opset 20 (one Gelu node, every family takes it)"
+                    if any(op == "Erf" for _, op in cpu) else "")
             raise StageFailed(f"{src}: {len(cpu)} node(s) would run on the CPU, not the HTP: {listed}; "
                               f"fix them in the export (replace or rewrite these ops){hint}") from None
         raise StageFailed(f"{src}: {what} failed: {str(err).strip().splitlines()[-1]}") from None
@@ -234,11 +234,6 @@ def runtime_libraries(chip: dict, family) -> dict:
     if not family.default:
         found["built_with"] = f"onnxruntime-qnn {family.onnxruntime_qnn} (QAIRT {family.build_id})"
     return found
-
-
-def library_dir() -> str:
-    import onnxruntime_qnn as oq
-    return os.path.dirname(oq.get_qnn_htp_path())
 
 
 # The libraries that compile and simulate: their bytes are part of the tool's identity (a task depends on

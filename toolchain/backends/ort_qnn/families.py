@@ -1,10 +1,9 @@
 """QAIRT families (families.toml): which onnxruntime-qnn wheel carries which QAIRT, which runtime loads which binary,
 and one isolated environment per family a build uses (the `qairt_env` stage).
 
-The load rule, measured (docs/qairt-families.md, tests/test_families.py): a QNN runtime loads binaries built
-with its own
-QAIRT or an older one and refuses any built with a newer one, even one release newer. So the user states the runtime
-the app ships (`[compile] runtime_qairt`) and the build picks the newest family at or below it."""
+The load rule, measured (docs/qairt-families.md, tests/test_backend_families.py): a QNN runtime loads binaries
+built with its own QAIRT or an older one and refuses any built with a newer one, even one release newer. So the user
+states the runtime the app ships (`[compile] runtime_qairt`) and the build picks the newest family at or below it."""
 from __future__ import annotations
 
 import functools
@@ -20,10 +19,11 @@ from pathlib import Path
 
 from doit.tools import config_changed
 
+from toolchain import artifacts
 from toolchain.backends.ort_qnn import ep
-from toolchain.engine import paths
 from toolchain.engine.files import write_json
-from toolchain.engine.worker import StageFailed, in_process
+from toolchain.engine.worker import in_process
+from toolchain.errors import StageFailed
 from toolchain.qnn import compat
 
 TABLE = Path(__file__).with_name("families.toml")
@@ -85,17 +85,6 @@ def default() -> Family:
     return next(f for f in table().values() if f.default)
 
 
-def of_build_id(build_id: str | None) -> Family | None:
-    """The family a binary was built with, from its build id (None: not one of the table's)."""
-    if not build_id:
-        return None
-    try:
-        wanted = key(build_id)
-    except ValueError:
-        return None
-    return next((f for f in table().values() if key(f.name) == wanted), None)
-
-
 def for_runtime(runtime: str, where: str) -> Family:
     """The newest family whose binaries a runtime of `runtime` loads; a runtime older than every family is one
     line naming the ways out."""
@@ -145,7 +134,7 @@ def parse_var(value: str) -> tuple[str, ...] | None:
 # ---- one environment per family ----------------------------------------------------------------------------
 
 def interpreter(family: Family) -> str:
-    return f"{paths.qairt_env_dir(family.name)}/venv/bin/python"
+    return f"{artifacts.qairt_env_dir(family.name)}/venv/bin/python"
 
 
 def project_root() -> str:
@@ -180,12 +169,12 @@ def tool(name: str) -> dict:
 
 def tool_files(name: str) -> list[str]:
     """What a family's tasks depend on as files: its environment's record (the default's: the wheel's libraries)."""
-    return [paths.qairt_env(name)] if name else ep.library_files()
+    return [artifacts.qairt_env(name)] if name else ep.library_files()
 
 
 def tasks(project):
     for family in in_use(project):
-        folder, record = paths.qairt_env_dir(family.name), paths.qairt_env(family.name)
+        folder, record = artifacts.qairt_env_dir(family.name), artifacts.qairt_env(family.name)
         settings = {"family": family.record(), "packages": family.packages(), "python": sys.version.split()[0]}
         yield {"name": family.name,
                "doc": f"QAIRT {family.name}: its own Python environment (onnxruntime-qnn {family.onnxruntime_qnn}, "
@@ -198,7 +187,7 @@ def tasks(project):
 def _env_intact(family: Family):
     """A removed or damaged environment is rebuilt (its record alone does not make it usable)."""
     def check(task, values):
-        return os.access(interpreter(family), os.X_OK) and os.path.isfile(paths.qairt_env(family.name))
+        return os.access(interpreter(family), os.X_OK) and os.path.isfile(artifacts.qairt_env(family.name))
     return check
 
 

@@ -15,7 +15,7 @@ import sys
 import tempfile
 
 from toolchain.backends.ort_qnn import ep
-from toolchain.engine.worker import StageFailed
+from toolchain.errors import StageFailed
 
 MARK = "QNC-FAMILYRUN "
 # the child's entry (not `-m`: the package imports this module first, and runpy warns about running it again)

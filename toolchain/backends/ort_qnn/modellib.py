@@ -13,8 +13,9 @@ from pathlib import Path
 
 from doit.tools import config_changed
 
+from toolchain import artifacts
 from toolchain.backends.ort_qnn import ep, families
-from toolchain.engine import external, paths
+from toolchain.engine import external
 
 TARGET = "x86_64-linux"
 CSRC = Path(__file__).with_name("csrc")
@@ -59,9 +60,9 @@ def _tasks(model, family: str, cc: str | None):
     for graph in model.graphs:
         if not ep.uses_route(graph):
             continue
-        source_c, lib = paths.qnn_source(model, graph, family), paths.model_lib(model, graph, TARGET, family)
-        log = paths.stage_log(model, graph, "modellib", family=family)
-        record = paths.stage_record(model, graph, "modellib", family=family)
+        source_c, lib = artifacts.qnn_source(model, graph, family), artifacts.model_lib(model, graph, TARGET, family)
+        log = artifacts.stage_log(model, graph, "modellib", family=family)
+        record = artifacts.stage_record(model, graph, "modellib", family=family)
         command = argv(cc or "cc", source_c, lib)
         identity = compiler_identity(cc) if cc else None
         yield {"name": f"{model.name}/{graph.name}{families.tag(family)}",

@@ -21,15 +21,16 @@ from pathlib import Path
 
 from doit.tools import config_changed
 
+from toolchain import artifacts
 from toolchain.backends.ort_qnn import ep, families
-from toolchain.engine import paths
 from toolchain.engine.files import write_json
-from toolchain.engine.worker import StageFailed, run
+from toolchain.engine.worker import run
+from toolchain.errors import StageFailed
 from toolchain.qnn import qnnbin
 
 
 def record_path(model, graph, chip) -> str:
-    return f"{paths.chip_dir(model, chip)}/{graph.name}.oracle.json"
+    return f"{artifacts.chip_dir(model, chip)}/{graph.name}.oracle.json"
 
 
 def tasks(project):
@@ -38,14 +39,15 @@ def tasks(project):
         if not ep.uses_route(graph):
             continue
         options = model.backend.options(model, graph, chip)
-        src = paths.compile_source(model, graph)
-        ctx, binary = paths.context_model(model, graph, chip), paths.context_binary(model, graph, chip)
-        record, log = record_path(model, graph, chip), f"{paths.chip_dir(model, chip)}/{graph.name}.oracle.log"
+        src = artifacts.compile_source(model, graph)
+        ctx, binary = artifacts.context_model(model, graph, chip), artifacts.context_binary(model, graph, chip)
+        record, log = record_path(model, graph, chip), f"{artifacts.chip_dir(model, chip)}/{graph.name}.oracle.log"
         kwargs = {"src": src, "ctx": ctx, "binary": binary, "options": options, "record": record,
                   "label": f"{model.name}/{graph.name}@{chip.tag}"}
         yield {"name": f"{model.name}/{graph.name}@{chip.tag}",
                "doc": f"{model.name}/{graph.name}@{chip.tag}: the route's binary == the EP's direct compile (md5)",
-               "file_dep": [src, ctx, binary, *families.tool_files(chip.family)], "meta": families.step_meta(chip.family),
+               "file_dep": [src, ctx, binary, *families.tool_files(chip.family)],
+               "meta": families.step_meta(chip.family),
                "targets": [record, log], "clean": True, "actions": [(run, (check, kwargs, log))],
                "uptodate": [config_changed({"options": options, "tool": tool})]}
 

@@ -18,8 +18,8 @@ from importlib import metadata
 
 from doit.tools import config_changed
 
+from toolchain import artifacts
 from toolchain.backends.ort_qnn import ep
-from toolchain.engine import paths
 from toolchain.engine.files import atomic_path
 from toolchain.engine.worker import run
 from toolchain.stages import calibrate, parity
@@ -34,14 +34,16 @@ def tasks(project):
         for graph in model.graphs:
             if graph.precision != "w8a16":
                 continue
-            src, out, folder = paths.simplified(model, graph), paths.quantized(model, graph), paths.calibration(model, graph)
+            src, out, folder = (artifacts.simplified(model, graph), artifacts.quantized(model, graph),
+                                artifacts.calibration(model, graph))
             inputs = [[t.name, list(t.shape), t.dtype] for t in graph.inputs]
-            raws = [paths.calibration_raw(model, graph, i, t[0]) for i in range(graph.calibration) for t in inputs]
-            log = paths.quantize_log(model, graph)
+            raws = [artifacts.calibration_raw(model, graph, i, t[0]) for i in range(graph.calibration) for t in inputs]
+            log = artifacts.quantize_log(model, graph)
             kwargs = {"src": src, "folder": folder, "inputs": inputs, "out": out}
             yield {"name": f"{model.name}/{graph.name}",
                    "doc": f"{model.name}/{graph.name}: w8a16 QDQ ONNX (uint8 weights, uint16 activations)",
-                   "file_dep": [src, paths.calibration_list(model, graph), *raws], "task_dep": parity.gate(model), "targets": [out, log], "clean": True,
+                   "file_dep": [src, artifacts.calibration_list(model, graph), *raws], "task_dep": parity.gate(model),
+                   "targets": [out, log], "clean": True,
                    "actions": [(run, (quantize, kwargs, log))],
                    "uptodate": [config_changed({"settings": SETTINGS, "tool": tool})]}
 

@@ -3,6 +3,7 @@ weights -> qnn-model-lib-generator -> model libs -> qnn-context-binary-generator
 chip, read back; qnn-net-run is its simulator runner. The SDK is preflighted at load time."""
 from __future__ import annotations
 
+from toolchain import artifacts
 from toolchain.backends import base
 from toolchain.backends.qairt import (
     context,
@@ -14,10 +15,9 @@ from toolchain.backends.qairt import (
     readback,
     tools,
 )
-from toolchain.engine import paths
 from toolchain.qnn.layout import c_name, native_permutation
+from toolchain.shared.iorecord import io_record
 from toolchain.stages import Stage
-from toolchain.stages.export import io_record
 
 NAME = tools.NAME
 
@@ -100,11 +100,12 @@ class Backend(base.Backend):
         return {"inputs": [tensor(t, True) for t in graph.inputs], "outputs": [tensor(t, False) for t in graph.outputs]}
 
     def simulator(self, model, graph, chip, tier: str) -> tuple:
-        binary = paths.context_binary(model, graph, chip)
-        work = paths.netrun_scratch(model, graph, chip, tier)
-        return netrun.simulator, {"argv": tools.netrun_argv(self.sdk, binary, f"{work}/input_list.txt", f"{work}/output"),
+        binary = artifacts.context_binary(model, graph, chip)
+        work = artifacts.netrun_scratch(model, graph, chip, tier)
+        return netrun.simulator, {"argv": tools.netrun_argv(self.sdk, binary, f"{work}/input_list.txt",
+                                                            f"{work}/output"),
                                   "env": tools.env(self.sdk), "work": work, "io": io_record(graph),
-                                  "record": paths.compile_record(model, graph, chip)}
+                                  "record": artifacts.compile_record(model, graph, chip)}
 
     def verify_settings(self, model, chip, tier: str) -> dict:
         runner = {g.name: self.simulator(model, g, chip, tier)[1]["argv"] for g in model.graphs}
@@ -121,4 +122,4 @@ class Backend(base.Backend):
 
     def manifest_sources(self, model, chip) -> dict:
         # the model libs (x86_64, aarch64-android) and their page alignment
-        return {"model_libs": {g.name: paths.stage_record(model, g, "pagesize") for g in model.graphs}}
+        return {"model_libs": {g.name: artifacts.stage_record(model, g, "pagesize") for g in model.graphs}}

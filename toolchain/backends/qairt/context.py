@@ -5,24 +5,27 @@ from pathlib import Path
 
 from doit.tools import config_changed
 
+from toolchain import artifacts
 from toolchain.backends.qairt import tools
 from toolchain.backends.qairt.htpconfig import BACKEND_EXTENSIONS, HTP_CONFIG
-from toolchain.engine import external, paths
+from toolchain.engine import external
 
 
 def tasks(project):
     for model, graph, chip in project.graph_chips(tools.NAME):
         sdk = model.backend.sdk
-        lib = paths.model_lib(model, graph, tools.HOST)
-        extensions = paths.htp_config(model, graph, chip, BACKEND_EXTENSIONS)
-        binary = paths.context_binary(model, graph, chip)
-        log, record = paths.stage_log(model, graph, "context", chip), paths.stage_record(model, graph, "context", chip)
+        lib = artifacts.model_lib(model, graph, tools.HOST)
+        extensions = artifacts.htp_config(model, graph, chip, BACKEND_EXTENSIONS)
+        binary = artifacts.context_binary(model, graph, chip)
+        log, record = (artifacts.stage_log(model, graph, "context", chip),
+                       artifacts.stage_record(model, graph, "context", chip))
         argv = tools.context_argv(sdk, lib, str(Path(binary).parent), Path(binary).stem, extensions)
         env = tools.env(sdk)
         yield {"name": f"{model.name}/{graph.name}@{chip.name}",
                "doc": f"{model.name}/{graph.name} -> {chip.name} (v{chip.htp_arch}) context binary, "
                       f"qnn-context-binary-generator [qairt {sdk.build_id}]",
-               "file_dep": [lib, extensions, paths.htp_config(model, graph, chip, HTP_CONFIG), *model.backend.tool_files()],
+               "file_dep": [lib, extensions, artifacts.htp_config(model, graph, chip, HTP_CONFIG),
+                            *model.backend.tool_files()],
                "targets": [binary, record, log], "clean": True,
                "actions": [(external.action, (argv, env, log, [binary], record))],
                "uptodate": [config_changed({"argv": argv, "env": env, "sdk": sdk.record(), "chip": chip.record()})]}

@@ -6,10 +6,11 @@ from pathlib import Path
 
 from doit.tools import config_changed
 
+from toolchain import artifacts
 from toolchain.backends.qairt import tools
-from toolchain.engine import external, paths, worker
+from toolchain.engine import external, worker
 from toolchain.engine.files import atomic_path
-from toolchain.engine.worker import StageFailed
+from toolchain.errors import StageFailed
 from toolchain.stages import parity
 
 
@@ -17,20 +18,24 @@ def tasks(project):
     for model in project.models_of(tools.NAME):
         sdk = model.backend.sdk
         for graph in model.graphs:
-            src, cpp, weights = paths.simplified(model, graph), paths.qnn_cpp(model, graph), paths.qnn_weights(model, graph)
-            log, record = paths.stage_log(model, graph, "convert"), paths.stage_record(model, graph, "convert")
+            src, cpp, weights = (artifacts.simplified(model, graph), artifacts.qnn_cpp(model, graph),
+                                 artifacts.qnn_weights(model, graph))
+            log, record = artifacts.stage_log(model, graph, "convert"), artifacts.stage_record(model, graph, "convert")
             quantized = graph.precision == "w8a16"
-            calibration = [paths.calibration_list(model, graph)] + [
-                paths.calibration_raw(model, graph, i, t.name) for i in range(graph.calibration) for t in graph.inputs
+            calibration = [artifacts.calibration_list(model, graph)] + [
+                artifacts.calibration_raw(model, graph, i, t.name)
+                for i in range(graph.calibration) for t in graph.inputs
             ] if quantized else []
-            listed = paths.converter_input_list(model, graph) if quantized else None
-            argv, env = tools.converter_argv(sdk, src, cpp, listed, graph.compile.get("converter_args", ())), tools.env(sdk)
+            listed = artifacts.converter_input_list(model, graph) if quantized else None
+            argv, env = (tools.converter_argv(sdk, src, cpp, listed, graph.compile.get("converter_args", ())),
+                         tools.env(sdk))
             actions = [(worker.in_process, (converter_list, calibration[0], listed))] if quantized else []
             yield {"name": f"{model.name}/{graph.name}",
                    "doc": f"{model.name}/{graph.name}: qnn-onnx-converter ({graph.precision}) -> {graph.name}.cpp "
                           f"+ .bin, QNN graph '{tools.graph_name(cpp)}' [qairt {sdk.build_id}]",
-                   "file_dep": [src, paths.inspected(model, graph), *calibration],
-                   "task_dep": parity.gate(model), "targets": [cpp, weights, record, log] + ([listed] if listed else []), "clean": True,
+                   "file_dep": [src, artifacts.inspected(model, graph), *calibration],
+                   "task_dep": parity.gate(model),
+                   "targets": [cpp, weights, record, log] + ([listed] if listed else []), "clean": True,
                    "actions": actions + [(external.action, (argv, env, log, [cpp, weights], record))],
                    "uptodate": [config_changed({"argv": argv, "env": env, "sdk": sdk.record(),
                                                 "python": sdk.python_version})]}

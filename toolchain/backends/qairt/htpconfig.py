@@ -7,8 +7,8 @@ import os
 
 from doit.tools import config_changed
 
+from toolchain import artifacts
 from toolchain.backends.qairt import tools
-from toolchain.engine import paths
 from toolchain.engine.files import atomic_path
 from toolchain.engine.worker import in_process
 
@@ -19,12 +19,12 @@ def tasks(project):
     for model in project.models_of(tools.NAME):
         sdk = model.backend.sdk
         for graph in model.graphs:
-            name = tools.graph_name(paths.qnn_cpp(model, graph))   # must equal the converter's graph name
+            name = tools.graph_name(artifacts.qnn_cpp(model, graph))   # must equal the converter's graph name
             for chip in (project.chips[c] for c in model.chips):
                 files = contents(sdk, chip.record(), name, model.compile["optimization"],
-                                 paths.htp_config(model, graph, chip, HTP_CONFIG),
-                                 paths.htp_config(model, graph, chip, BACKEND_EXTENSIONS))
-                log = paths.stage_log(model, graph, "htpconfig", chip)
+                                 artifacts.htp_config(model, graph, chip, HTP_CONFIG),
+                                 artifacts.htp_config(model, graph, chip, BACKEND_EXTENSIONS))
+                log = artifacts.stage_log(model, graph, "htpconfig", chip)
                 yield {"name": f"{model.name}/{graph.name}@{chip.name}",
                        "doc": f"{model.name}/{graph.name} on {chip.name}: HTP config (soc_id {chip.soc_model}, "
                               f"v{chip.htp_arch}, {chip.vtcm_mb} MB VTCM) for graph '{name}' [qairt {sdk.build_id}]",

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from doit.tools import config_changed
 
+from toolchain import artifacts
 from toolchain.backends.qairt import tools
-from toolchain.engine import external, paths
+from toolchain.engine import external
 
 
 def tasks(project):
@@ -12,10 +13,11 @@ def tasks(project):
         sdk = model.backend.sdk
         targets = tools.model_lib_targets(sdk, model.compile["android_libs"])
         for graph in model.graphs:
-            cpp, weights = paths.qnn_cpp(model, graph), paths.qnn_weights(model, graph)
-            libs = [paths.model_lib(model, graph, t) for t in targets]
-            log, record = paths.stage_log(model, graph, "modellib"), paths.stage_record(model, graph, "modellib")
-            argv = tools.modellib_argv(sdk, cpp, weights, paths.model_libs_dir(model, graph), targets)
+            cpp, weights = artifacts.qnn_cpp(model, graph), artifacts.qnn_weights(model, graph)
+            libs = [artifacts.model_lib(model, graph, t) for t in targets]
+            log, record = (artifacts.stage_log(model, graph, "modellib"),
+                           artifacts.stage_record(model, graph, "modellib"))
+            argv = tools.modellib_argv(sdk, cpp, weights, artifacts.model_libs_dir(model, graph), targets)
             env = tools.env(sdk, ldflags=True)
             only = "" if tools.ANDROID in targets else f", {tools.HOST} only (no ndk-build)"
             yield {"name": f"{model.name}/{graph.name}",

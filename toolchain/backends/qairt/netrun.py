@@ -8,7 +8,7 @@ from pathlib import Path
 
 from toolchain.engine import external
 from toolchain.engine.files import read_json
-from toolchain.engine.worker import StageFailed
+from toolchain.errors import StageFailed
 from toolchain.qnn.layout import c_name, layout_permutation
 
 

@@ -6,10 +6,11 @@ import struct
 
 from doit.tools import config_changed
 
+from toolchain import artifacts
 from toolchain.backends.qairt import tools
-from toolchain.engine import paths
 from toolchain.engine.files import atomic_path, sha256, write_json
-from toolchain.engine.worker import StageFailed, in_process
+from toolchain.engine.worker import in_process
+from toolchain.errors import StageFailed
 
 PT_LOAD = 1
 MACHINES = {62: "x86-64", 183: "AArch64"}
@@ -21,8 +22,8 @@ def tasks(project):
         sdk = model.backend.sdk
         targets = tools.model_lib_targets(sdk, model.compile["android_libs"])
         for graph in model.graphs:
-            libs = {t: paths.model_lib(model, graph, t) for t in targets}
-            out, log = paths.stage_record(model, graph, "pagesize"), paths.stage_log(model, graph, "pagesize")
+            libs = {t: artifacts.model_lib(model, graph, t) for t in targets}
+            out, log = artifacts.stage_record(model, graph, "pagesize"), artifacts.stage_log(model, graph, "pagesize")
             checked = [t for t in targets if t == tools.ANDROID]
             yield {"name": f"{model.name}/{graph.name}",
                    "doc": f"{model.name}/{graph.name}: assert LOAD p_align >= {tools.PAGE_SIZE:#x} on the "
@@ -69,7 +70,8 @@ def check(libs: dict, min_align: int, out: str, log: str):
             problems.append(f"{path}: {machine} code in the {target} folder")
         if target == tools.ANDROID and (not segments or smallest < min_align):
             problems.append(f"{path}: LOAD segments aligned to {smallest:#x} < {min_align:#x}: Android 16 KB-page "
-                            f"devices cannot load it; the lib must be linked with LDFLAGS=-Wl,-z,max-page-size={min_align}")
+                            "devices cannot load it; the lib must be linked with "
+                            f"LDFLAGS=-Wl,-z,max-page-size={min_align}")
     if tools.ANDROID not in libs:
         record["note"] = f"no {tools.ANDROID} lib built (no ndk-build on PATH or android_libs = \"off\")"
     with atomic_path(log) as tmp:

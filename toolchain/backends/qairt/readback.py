@@ -10,26 +10,28 @@ import sys
 
 from doit.tools import config_changed
 
+from toolchain import artifacts
 from toolchain.backends.qairt import tools
-from toolchain.engine import external, paths
+from toolchain.engine import external
 from toolchain.engine.files import read_json, sha256, write_json
-from toolchain.engine.worker import StageFailed, in_process
+from toolchain.engine.worker import in_process
+from toolchain.errors import StageFailed
 from toolchain.qnn import qnnbin
 from toolchain.qnn.layout import layout_permutation
-from toolchain.stages.export import io_record
+from toolchain.shared.iorecord import io_record
 
-MIB = 1 << 20
 KINDS = {"FLOAT": "float", "INT": "int", "UINT": "uint", "UFIXED_POINT": "ufixed", "SFIXED_POINT": "sfixed"}
 
 
 def tasks(project):
     for model, graph, chip in project.graph_chips(tools.NAME):
         sdk = model.backend.sdk
-        binary, context = paths.context_binary(model, graph, chip), paths.stage_record(model, graph, "context", chip)
-        out, log = paths.compile_record(model, graph, chip), paths.stage_log(model, graph, "readback", chip)
-        raw = paths.stage_record(model, graph, "binary_info", chip)
+        binary, context = (artifacts.context_binary(model, graph, chip),
+                           artifacts.stage_record(model, graph, "context", chip))
+        out, log = artifacts.compile_record(model, graph, chip), artifacts.stage_log(model, graph, "readback", chip)
+        raw = artifacts.stage_record(model, graph, "binary_info", chip)
         reader = tools.utility_argv(sdk, binary, raw) if sdk.has_utility() else None
-        expected = {"graph_name": tools.graph_name(paths.qnn_cpp(model, graph)), "build_id": sdk.build_id,
+        expected = {"graph_name": tools.graph_name(artifacts.qnn_cpp(model, graph)), "build_id": sdk.build_id,
                     "exact_build_id": not sdk.build_id_source.startswith("FALLBACK"),
                     "chip": chip.record(), "io": io_record(graph), "view": model.backend.runtime_view(graph)}
         kwargs = {"binary": binary, "context": context, "reader": reader, "env": tools.env(sdk),
@@ -51,7 +53,8 @@ def check(binary, context, reader, env, lib_dir, raw, expected, sdk, out, log):
             return failed
         info = from_utility(read_json(raw))
     else:
-        code = "import json, sys; from toolchain.qnn import qnnbin; print(json.dumps(qnnbin.binary_info(*sys.argv[1:])))"
+        code = ("import json, sys; from toolchain.qnn import qnnbin; "
+                "print(json.dumps(qnnbin.binary_info(*sys.argv[1:])))")
         done = subprocess.run([sys.executable, "-c", code, binary, lib_dir], capture_output=True, text=True)
         with open(log, "w") as f:
             f.write(f"qnnbin.binary_info({binary}, {lib_dir})\n{done.stdout}{done.stderr}")
@@ -112,12 +115,7 @@ def readback_problems(info: dict, config: dict, expected: dict) -> list[str]:
     names = [g["name"] for g in info.get("graphs", [])]
     if names != [expected["graph_name"]]:
         found.append(f"graphs {names}, expected ['{expected['graph_name']}'] (the converter's name for it)")
-    if info.get("socModel") is not None and info["socModel"] != chip["soc_model"]:
-        found.append(f"socModel {info['socModel']} != {chip['soc_model']} ({chip['name']})")
-    if "arch" in config and config["arch"] != chip["htp_arch"]:
-        found.append(f"arch {config['arch']} != {chip['htp_arch']}")
-    if "vtcm_size" in config and config["vtcm_size"] != chip["vtcm_mb"] * MIB:
-        found.append(f"vtcm_size {config['vtcm_size']} != {chip['vtcm_mb']} MiB")
+    found += qnnbin.chip_problems(config, info, chip, given_only=True)
     for graph in info.get("graphs", [])[:1]:
         for kind in ("inputs", "outputs"):
             # names and dtypes as the runtime sees them (the converter's); shapes in any layout it may give

@@ -1,76 +1,29 @@
-"""The QAIRT SDK toolchain ($QNN_SDK_ROOT): the one place that knows the SDK's layout, tools and argv."""
+"""The QAIRT SDK toolchain ($QNN_SDK_ROOT): its tools' argv, the converter's Python and the preflight; the SDK's
+layout is qnn/sdk.py's (the phone reads it too)."""
 from __future__ import annotations
 
 import difflib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
+from toolchain.errors import SpecError
 from toolchain.qnn.layout import ANDROID, HOST, c_name, device_libraries
-from toolchain.spec import SpecError
+from toolchain.qnn.sdk import ENV_ROOT, UTILITY, Sdk, layout_problems, read_build_id
 
 NAME = "qairt"
-ENV_ROOT, ENV_PYTHON, DEFAULT_PYTHON = "QNN_SDK_ROOT", "QAIRT_PYTHON", "python3.10"
+ENV_PYTHON, DEFAULT_PYTHON = "QAIRT_PYTHON", "python3.10"
 PAGE_SIZE = 16384   # Android 16 KB-page devices (LDFLAGS=-Wl,-z,max-page-size=16384, as sherpa-onnx's workflows)
-TOOLS = ("qnn-onnx-converter", "qnn-model-lib-generator", "qnn-context-binary-generator", "qnn-net-run")
-UTILITY = "qnn-context-binary-utility"   # optional: read-back falls back to libQnnSystem through qnnbin
-HOST_LIBS = ("libQnnHtp.so", "libQnnSystem.so", "libQnnHtpNetRunExtensions.so")
 CONVERTER_MODULES = ("onnx", "numpy", "qti.aisw.converters")   # what the converter imports first
-ACTIVATE = "unzip the QAIRT SDK and source qairt/<version>/bin/envsetup.sh (or export QNN_SDK_ROOT=/path/to/qairt/2.40.0.251030)"
-
-
-@dataclass(frozen=True)
-class Sdk:
-    root: str
-    build_id: str
-    build_id_source: str      # which part of the SDK the build id was read from
-    python: str               # the converter's Python, resolved
-    python_version: str
-    ndk_build: str | None     # None: no aarch64-android libs can be built
-
-    def tool(self, name: str) -> str:
-        return f"{self.root}/bin/{HOST}/{name}"
-
-    def host_lib(self, name: str) -> str:
-        return f"{self.root}/lib/{HOST}/{name}"
-
-    def has_utility(self) -> bool:
-        return os.access(self.tool(UTILITY), os.X_OK)
-
-    def record(self) -> dict:
-        """What identifies this SDK in every QAIRT stage's settings."""
-        return {"root": self.root, "build_id": self.build_id, "build_id_source": self.build_id_source}
 
 
 def graph_name(cpp: str) -> str:
     """The QNN graph name the converter derives from its output file: the basename, every non-word
     character as '_' (net.b.cpp -> graph net_b)."""
     return c_name(Path(cpp).stem)
-
-
-def layout_problems(root: str | None) -> list[str]:
-    """Missing pieces of the SDK tree itself, each with how to fix it."""
-    if not root:
-        return [f"{ENV_ROOT} is not set: {ACTIVATE}"]
-    if not os.path.isdir(root):
-        return [f"{ENV_ROOT}={root} is not a folder: {ACTIVATE}"]
-    found = [f"{root}/bin/{HOST}/{t} is missing or not executable: {ENV_ROOT} must be the unzipped "
-             f"qairt/<version> folder" for t in TOOLS if not os.access(f"{root}/bin/{HOST}/{t}", os.X_OK)]
-    found += [f"{root}/lib/{HOST}/{lib} is missing: incomplete SDK, unzip it again"
-              for lib in HOST_LIBS if not os.path.isfile(f"{root}/lib/{HOST}/{lib}")]
-    if not os.path.isdir(f"{root}/lib/python"):
-        found.append(f"{root}/lib/python is missing (the converter's Python modules): unzip the SDK again")
-    return found
-
-
-def valid_sdk() -> bool:
-    """Whether $QNN_SDK_ROOT points at a usable SDK tree (what toolchain = "auto" asks)."""
-    return not layout_problems(os.environ.get(ENV_ROOT))
 
 
 def runtime_libraries(sdk: Sdk, chip: dict) -> dict:
@@ -159,24 +112,6 @@ def netrun_argv(sdk: Sdk, binary: str, input_list: str, out_dir: str) -> list[st
             "--input_list", input_list, "--output_dir", out_dir]
 
 
-def read_build_id(root: str) -> tuple[str | None, str]:
-    """(build id, source): libQnnHtp.so's backendGetBuildId through the QNN API, in a child process
-    (a broken library cannot take doit down); only if that fails, sdk.yaml's version, labelled so."""
-    lib_dir = f"{root}/lib/{HOST}"
-    code = "import json, sys; from toolchain.qnn import qnnbin; print(json.dumps(qnnbin.htp_build_id(sys.argv[1])))"
-    done = subprocess.run([sys.executable, "-c", code, lib_dir], capture_output=True, text=True)
-    if done.returncode == 0 and done.stdout.strip():
-        build_id = json.loads(done.stdout.strip().splitlines()[-1]).get("buildId")
-        if build_id:
-            return build_id, f"{lib_dir}/libQnnHtp.so backendGetBuildId"
-    why = (done.stderr.strip().splitlines() or ["no build id returned"])[-1]
-    yaml = Path(root, "sdk.yaml")
-    version = re.search(r"^\s*version:\s*(\S+)", yaml.read_text(), re.M) if yaml.is_file() else None
-    if version:
-        return version.group(1), f"FALLBACK {yaml} version (libQnnHtp.so did not give a build id: {why})"
-    return None, why
-
-
 def python_problems(python: str, root: str) -> tuple[str | None, list[str]]:
     """(version, problems) of the converter's Python: it must run and find the converter's modules."""
     fix = f"install Python 3.10 with the SDK's deps (python3 $QNN_SDK_ROOT/bin/check-python-dependency), " \
@@ -193,7 +128,8 @@ def python_problems(python: str, root: str) -> tuple[str | None, list[str]]:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
         return None, [f"the converter's Python {resolved} does not run ({tail}): {fix}"]
     version, missing = json.loads(done.stdout.strip().splitlines()[-1])
-    return version, [f"the converter's Python {resolved} (Python {version}) cannot import {', '.join(missing)}: {fix}"] if missing else []
+    return version, ([f"the converter's Python {resolved} (Python {version}) cannot import "
+                      f"{', '.join(missing)}: {fix}"] if missing else [])
 
 
 def preflight(models, chips: dict) -> Sdk:

