@@ -2,10 +2,9 @@
 test): in a fresh clone of this checkout's HEAD, `doit` with the defaults (parallel, steps forked from
 the fork server). Reports the wall time with the load average before it, the seconds every step's own
 process took (`# exit N after S s` in the step logs), and the seconds inside the tools, from the
-records: export (torch.onnx.export), onnxsim, convert (QNN Saver), modellib (gcc), compile (per chip), \
-verify (simulator and CPU reference),
-and, from their steps' times (forks: no imports), parity (PyTorch and CPU) and the sherpa-onnx loop. \
-Writes <out>/first-build.json.
+records: export (torch.onnx.export), onnxsim, convert (QNN Saver), modellib (gcc), compile (per chip),
+verify (simulator and CPU reference), and, from their steps' times (forks: no imports), parity (PyTorch and
+CPU) and the sherpa-onnx loop. Writes <out>/first-build.json.
 
     python bench/first_build.py [--out bench/results] [--commit REV --name first-build-REV]
 

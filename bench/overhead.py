@@ -10,9 +10,9 @@ In a fresh clone of this checkout's HEAD (so the build is cold and nothing here 
 - the per-chip script (bench/sherpa_style.py, one folder and one process per chip, running the stages the
   doit selection ran, the same stage functions so the same compile options), chips one after another.
 Reports each wall time with the load average before it, the seconds the tools themselves took (export.json,
-onnxsim's line in the simplify log, *.compile.json, the parity step: PyTorch and onnxruntime on the CPU), \
-the seconds every step's process took (`# exit N after
-S s`), and the ratios. Writes <out>/overhead-<model>.json."""
+onnxsim's line in the simplify log, *.compile.json, the parity step: PyTorch and onnxruntime on the CPU),
+the seconds every step's process took (`# exit N after S s`), and the ratios. Writes
+<out>/overhead-<model>.json."""
 from __future__ import annotations
 
 import argparse

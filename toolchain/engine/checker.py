@@ -3,8 +3,8 @@ kept (`cp -p`, `rsync -a`, `tar x`, `touch -r`) reruns nothing. This one trusts 
 file's whole stamp (size, mtime, ctime, inode: files.stamp) is the one seen when its md5 was last taken; a
 new ctime or inode means "read it", and the md5 decides. The stamps live in build/.stamps.json (stamps.py);
 doit's state stays its own format, (mtime, size, md5), so a build made with doit's checker stays up to date
-(its files are read once, the first run after, to learn their stamps). \
-`doit rehash=1` (or QNN_REHASH=1) reads every time.
+(its files are read once, the first run after, to learn their stamps). `doit rehash=1` (or QNN_REHASH=1)
+reads every time.
 A file is hashed once per run while its stamp stays: doit hashes each task's dependencies for that task
 alone, and every compile and verify depends on the QNN libraries (~220 MB)."""
 from __future__ import annotations

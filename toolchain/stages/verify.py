@@ -1,5 +1,5 @@
-"""Compiled binaries in the x86 HTP simulator (the compiler's own runner: model.backend) against the CPU ONNX, \
-once per (model, chip) and tier.
+"""Compiled binaries in the x86 HTP simulator (the compiler's own runner: model.backend) against the CPU
+ONNX, once per (model, chip) and tier.
 
 Tiers, because the simulator is ~100x slower than the CPU: "default" runs every chip on the clips the
 spec names (tensor errors + identical transcripts); "full" runs all clips and computes WER."""
