@@ -1,7 +1,9 @@
 """Measure the shape of toolchain/: import cycles, imports that go up between wings, imports hidden in
 functions, functions named by strings, branches on a compiler's name, places that list the stages, an engine
 that reads something of a model or QNN, a compiler imported by name outside backends/, import hooks, and the
-model-code API imported by the toolchain itself.
+model-code API imported by the toolchain itself, and loads that would unpickle (run) what a file says: torch.load
+without weights_only=True, numpy.load with allow_pickle=True, pickle/dill/joblib loads (in toolchain/ and models/:
+anything a step loads may come from a shared cache; docs/scale.md, "Trust").
 
     python tests/architecture.py [ROOT]    # prints the counts as JSON (ROOT: a checkout, default this one)
 
@@ -153,6 +155,32 @@ def stages_named(path: Path) -> set[str]:
     return named
 
 
+UNPICKLERS = {("pickle", "load"), ("pickle", "loads"), ("dill", "load"), ("dill", "loads"), ("joblib", "load"),
+              ("cloudpickle", "load"), ("cloudpickle", "loads"), ("pickle", "Unpickler")}
+
+
+def unsafe_loads(path: Path) -> list[int]:
+    """Lines that load a file in a way that can run code it holds."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)):
+            continue
+        owner, name = node.func.value.id, node.func.attr
+        keywords = {k.arg: k.value for k in node.keywords}
+
+        def says(key, value):
+            return isinstance(keywords.get(key), ast.Constant) and keywords[key].value is value
+        if (owner, name) == ("torch", "load") and not says("weights_only", True):
+            found.append(node.lineno)
+        elif owner in ("np", "numpy") and name == "load" and "allow_pickle" in keywords and not says(
+                "allow_pickle", False):
+            found.append(node.lineno)
+        elif (owner, name) in UNPICKLERS:
+            found.append(node.lineno)
+    return found
+
+
 def measure(root: Path) -> dict:
     known = modules(root)
     graph, hidden, upward, function_strings, branches = {}, [], [], [], {}
@@ -183,6 +211,8 @@ def measure(root: Path) -> dict:
         own = wing(name) == "backends" or name in ("toolchain.ort_qnn", "toolchain.qairt")   # a compiler's own code
         if not own and compiler_branches(path):
             branches[name] = compiler_branches(path)
+    unpickling = [f"{p.relative_to(root)}:{line}" for p in [*known.values(), *sorted(root.glob("models/**/*.py"))]
+                  for line in unsafe_loads(p)]
     listing = [str(p.relative_to(root)) for p in [*known.values(), root / "dodo.py"]
                if p.is_file() and len(stages_named(p)) >= LISTS_STAGES]
     return {"modules": len(known), "top_level_modules": sum(1 for n in known if n.count(".") == 1),
@@ -191,7 +221,7 @@ def measure(root: Path) -> dict:
             "compiler_name_branches": sum(len(v) for v in branches.values()), "compiler_name_branch_files": branches,
             "places_listing_the_stages": listing, "engine_reads_a_model_or_qnn": engine_reads,
             "compilers_imported_by_name": compiler_imports, "import_hooks": hooks,
-            "model_api_imported_by_the_toolchain": model_api}
+            "model_api_imported_by_the_toolchain": model_api, "loads_that_unpickle": unpickling}
 
 
 if __name__ == "__main__":

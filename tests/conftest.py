@@ -14,6 +14,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import nginx_cache
 import pytest
 import sdk_standin as standin
 
@@ -226,6 +227,14 @@ def tool_logs(root: Path) -> dict[str, str]:
             if "\n# exit " in p.read_text()}
 
 
+def cacheable(logs: dict[str, str]) -> dict[str, str]:
+    """tool_logs() of the steps a cache may restore: not those of a stage whose outputs are code (convert,
+    modellib: rebuilt on every machine, never taken from a cache)."""
+    from toolchain import pipeline
+    code = tuple(f".{s.name}.log" for s in pipeline.STAGES if s.output_kind == "code")
+    return {rel: text for rel, text in logs.items() if not rel.endswith(code)}
+
+
 def untimed(path: Path):
     """A JSON record without its timings."""
     def strip(value):
@@ -285,3 +294,31 @@ def sdk_env(mp: pytest.MonkeyPatch, tmp: Path, ndk: bool = True, **make) -> Path
     mp.setenv("PATH", f"{tools}{os.pathsep}/usr/bin{os.pathsep}/bin")   # no pyenv shims, no stray NDK
     mp.delenv("QAIRT_PYTHON", raising=False)
     return sdk
+
+
+# ---- the shared cache on a real server (tests/nginx_cache.py) ----
+
+TOKEN = "s3cret-token-4711"
+
+
+def need_nginx() -> None:
+    """Skip without nginx, saying why; fail instead where .ci/run requires it (QNN_TEST_NGINX=required)."""
+    if not nginx_cache.available():
+        if os.environ.get("QNN_TEST_NGINX") == "required":
+            pytest.fail("nginx is not installed, and .ci/run requires it (apt-get install nginx)")
+        pytest.skip("nginx is not installed (apt-get install nginx): the remote-cache tests need a real server")
+
+
+@pytest.fixture
+def server(tmp_path):
+    """nginx on a loopback port (the CI installs it; elsewhere the test says it cannot run without it)."""
+    need_nginx()
+    started = nginx_cache.Server(tmp_path / "nginx", token=TOKEN)
+    yield started
+    started.stop()
+
+
+def build(tmp_path: Path, name: str, **replace: str) -> Project:
+    project = sources(Project(tmp_path / name))
+    project.add_tiny("tiny", **replace)
+    return project

@@ -1,7 +1,9 @@
 """A real HTTP remote cache for the tests and the fan-out bench: Debian's nginx with WebDAV PUT on a loopback
 port, serving Bazel's layout (/ac/<key>, /cas/<sha256>) from a folder. Optional bearer token (401 without
-it) and a body-size cap (413 when a PUT is larger: a "full" server). Its access log records every request's
-method, path, status and bytes in and out, so a benchmark can count traffic."""
+it), a body-size cap (413 when a PUT is larger: a "full" server) or a redirect of every request elsewhere. Its
+access log records every request's method, path, status and bytes in and out, so a benchmark can count traffic.
+Recorder: a plain HTTP server on 127.0.0.2 (another loopback address, another "host") that records every request
+it gets, headers included: where a redirect would have taken the client's credentials."""
 from __future__ import annotations
 
 import os
@@ -11,6 +13,7 @@ import socket
 import subprocess
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 LOG_FORMAT = "$request_method $uri $status $request_length $bytes_sent"
@@ -28,9 +31,10 @@ def free_port() -> int:
 
 
 class Server:
-    """nginx serving `root` at http://127.0.0.1:<port>/ until stop()."""
+    """nginx serving `root` at http://127.0.0.1:<port>/ until stop(); with `redirect_to` (a URL without a path)
+    every request is answered 302 to the same path there instead."""
 
-    def __init__(self, folder: Path, token: str | None = None, max_body: str = "0"):
+    def __init__(self, folder: Path, token: str | None = None, max_body: str = "0", redirect_to: str | None = None):
         self.folder, self.port = Path(folder), free_port()
         self.root = self.folder / "root"
         for sub in ("root/ac", "root/cas", "tmp"):
@@ -39,6 +43,8 @@ class Server:
         for sub in ("root", "root/ac", "root/cas", "tmp"):
             os.chmod(self.folder / sub, 0o777)   # nginx's workers may run as another user
         guard = f'if ($http_authorization != "Bearer {token}") {{ return 401; }}' if token else ""
+        if redirect_to:
+            guard += f"\n            return 302 {redirect_to}$request_uri;"
         user = "user root;" if os.geteuid() == 0 else ""
         tmp = self.folder / "tmp"
         (self.folder / "nginx.conf").write_text(f"""{user}
@@ -83,17 +89,24 @@ http {{
             raise RuntimeError("nginx did not listen within 10 s")
         self.url = f"http://127.0.0.1:{self.port}/"
 
+    def requests(self) -> list[tuple[str, str, int, int, int]]:
+        """Every request so far, in order, from the access log: (method, path, status, bytes in, bytes out)."""
+        log = self.folder / "access.log"
+        found = []
+        for line in (log.read_text().splitlines() if log.exists() else []):
+            method, path, status, bytes_in, bytes_out = line.split()
+            found.append((method, path, int(status), int(bytes_in), int(bytes_out)))
+        return found
+
     def traffic(self) -> dict:
         """Requests and bytes by method, from the access log: {"GET": {"requests", "hits", "bytes_out"}, ...}."""
         found: dict = {}
-        log = self.folder / "access.log"
-        for line in (log.read_text().splitlines() if log.exists() else []):
-            method, _, status, bytes_in, bytes_out = line.split()
+        for method, _, status, bytes_in, bytes_out in self.requests():
             m = found.setdefault(method, {"requests": 0, "ok": 0, "bytes_in": 0, "bytes_out": 0})
             m["requests"] += 1
-            m["ok"] += status.startswith("2")
-            m["bytes_in"] += int(bytes_in)
-            m["bytes_out"] += int(bytes_out)
+            m["ok"] += 200 <= status < 300
+            m["bytes_in"] += bytes_in
+            m["bytes_out"] += bytes_out
         return found
 
     def stop(self) -> None:
@@ -125,3 +138,49 @@ class Silent:
 
     def close(self):
         self.sock.close()
+
+
+class Recorder:
+    """http://127.0.0.2:<port>/ until stop(): records (method, path, headers) of every request and answers 200 with
+    `size` zero bytes, announced in a Content-Length header if `length`, else ended by closing the connection.
+    `sent` counts the body bytes it got out before the client hung up (a client that stops reading stops it)."""
+
+    def __init__(self, size: int = 16, length: bool = True):
+        self.seen: list[tuple[str, str, dict]] = []
+        self.sent = 0
+        self.done = threading.Event()   # set when an answer ended (whole, or cut by the client)
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def answer(self):
+                recorder.seen.append((self.command, self.path, dict(self.headers)))
+                body = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(min(body, 1 << 20))   # a PUT's body (bounded: nothing here stores it)
+                self.send_response(200)
+                if length:
+                    self.send_header("Content-Length", str(size))
+                self.end_headers()
+                left = size if self.command != "HEAD" else 0
+                try:
+                    while left:
+                        written = self.wfile.write(bytes(min(1 << 16, left)))
+                        left, recorder.sent = left - written, recorder.sent + written
+                except OSError:   # the client hung up: what it did not want
+                    pass
+                finally:
+                    recorder.done.set()
+
+            do_GET = do_HEAD = do_PUT = do_DELETE = answer
+
+            def log_message(self, *args):   # quiet: the test reads `seen`
+                pass
+
+        self.http = ThreadingHTTPServer(("127.0.0.2", 0), Handler)   # HTTP/1.0: one request per connection
+        self.url = f"http://127.0.0.2:{self.http.server_address[1]}/"
+        self.thread = threading.Thread(target=self.http.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+        self.thread.join(timeout=10)

@@ -52,6 +52,11 @@ def test_no_import_hook_and_the_model_api_is_for_models_only():
     assert SHAPE["model_api_imported_by_the_toolchain"] == []
 
 
+def test_nothing_is_loaded_in_a_way_that_unpickles():
+    """A checkpoint, an array file or a record may come from a shared cache: loading it must not run code."""
+    assert SHAPE["loads_that_unpickle"] == []
+
+
 def test_the_model_api_names_resolve_as_plain_modules():
     """What model code imports are files an editor opens (no alias made at import time), and the old names give
     the very objects toolchain.modelkit gives (one StageFailed class whichever name raised it)."""
@@ -92,6 +97,12 @@ def test_the_measures_can_fail(tmp_path):
     (pkg / "phone" / "device.py").write_text("from toolchain.backends import qairt\nimport sys\n"
                                              "sys.meta_path.append(None)\n")
     (pkg / "stages" / "report.py").write_text("from toolchain import modelkit\n")
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "mine.py").write_text(
+        "import numpy as np, pickle, torch\n"
+        "a = torch.load('m.pt')\nb = torch.load('m.pt', weights_only=False)\n"
+        "c = torch.load('m.pt', weights_only=True)\n"
+        "d = np.load('x.npz', allow_pickle=True)\ne = np.load('x.npz')\nf = pickle.loads(b'')\n")
     (tmp_path / "dodo.py").write_text("")
     shape = measure(tmp_path)
     assert shape["engine_reads_a_model_or_qnn"] == ["toolchain.engine.cache -> toolchain.artifacts",
@@ -107,3 +118,5 @@ def test_the_measures_can_fail(tmp_path):
     assert shape["compiler_name_branches"] == 1
     assert shape["functions_named_by_strings"] == ["toolchain.stages.verify: toolchain.stages.verify:check"]
     assert shape["places_listing_the_stages"] == ["toolchain/spec/x.py"]
+    assert shape["loads_that_unpickle"] == ["models/mine.py:2", "models/mine.py:3", "models/mine.py:5",
+                                            "models/mine.py:7"]

@@ -168,7 +168,7 @@ def test_htp_config_json_is_generate_config_pys(qairt_built):
     assert (folder / "htp_backend_extensions.json").read_text() == (
         '{\n    "backend_extensions": {\n'
         f'        "shared_library_path": "{sdk}/lib/x86_64-linux-clang/libQnnHtpNetRunExtensions.so",\n'
-        f'        "config_file_path": "{folder}/htp_config.json"\n    }}\n}}')
+        f'        "config_file_path": "{folder.relative_to(project.root)}/htp_config.json"\n    }}\n}}')
     assert (folder / "htp_config.json").read_text() == """{
     "graphs": [
         {

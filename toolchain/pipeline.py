@@ -40,8 +40,9 @@ def _compiler_stages() -> tuple:
             if known is None:
                 merged[stage.name] = stage
                 continue
-            if (known.scope, known.default) != (stage.scope, stage.default):
-                raise ValueError(f"stage {stage.name}: two compilers declare it with another scope or default")
+            if (known.scope, known.default, known.output_kind) != (stage.scope, stage.default, stage.output_kind):
+                raise ValueError(f"stage {stage.name}: two compilers declare it with another scope, default or "
+                                 "output kind")
             merged[stage.name] = dataclasses.replace(
                 known, tasks=functools.partial(_both, known.tasks, stage.tasks), doc=f"{known.doc} | {stage.doc}",
                 threads=max(known.threads, stage.threads), memory_gb=max(known.memory_gb, stage.memory_gb))
@@ -96,7 +97,8 @@ STAGES = (
 NAMES = tuple(s.name for s in STAGES)
 DEFAULT = [s.name for s in STAGES if s.default]
 ALIASED = {"model", "graph", "graph@chip", "model@chip"}   # scopes whose tasks belong to one model
-VARIABLES = ("full", "extra", "limits", "cache", "qairt", outputs.VAR, zygote.VAR, *device.VARIABLES, *step0.VARIABLES)
+VARIABLES = ("full", "extra", "limits", "cache", cache.UPLOAD_VAR, "qairt", outputs.VAR, zygote.VAR, *device.VARIABLES,
+             *step0.VARIABLES)
 
 
 def _get_var(name, default=None):
@@ -120,6 +122,9 @@ def variables() -> dict:
             raise InvalidDodoFile(f"cache URL (cache= or ${cache.ENV}): {problem}")
     elif where is not None and where.exists() and not where.is_dir():
         raise InvalidDodoFile(f"cache folder {where} (cache= or ${cache.ENV}): not a folder")
+    problem = cache.upload_problem()
+    if problem:
+        raise InvalidDodoFile(f"command line: {problem}")
     rehash = given.get(outputs.VAR, "")
     if rehash not in ("", "0", "1"):
         raise InvalidDodoFile(f"command line: {outputs.VAR}={rehash}: expected 1 (compare every output's bytes) or 0")
@@ -146,7 +151,7 @@ def task_creators(project, variables: dict) -> dict:
     for stage in STAGES:
         tasks = stage.tasks(project)
         meta = {"slots": variables["slots"].get(stage.name, 0), "pool": stage.pool or stage.name,
-                "workers": variables["workers"], "preload": PRELOAD}
+                "workers": variables["workers"], "preload": PRELOAD, cache.KIND: stage.output_kind}
         made[stage.name] = _engine(tasks, meta, variables["rehash"]) if isinstance(tasks, dict) else \
             [_engine(t, meta, variables["rehash"]) for t in tasks]
     creators = {f"task_{s.name}": _creator(made[s.name], s.doc) for s in STAGES}

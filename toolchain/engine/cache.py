@@ -35,6 +35,11 @@ from toolchain.engine.cache_store import FORMAT, Store, Unreachable  # noqa: F40
 from toolchain.engine.files import sha256, sha256_memo
 
 ENV, VAR = "QNN_CACHE", "cache"
+UPLOAD_ENV, UPLOAD_VAR = "QNN_CACHE_UPLOAD", "cache_upload"   # 0: read-only (restore, never write or evict)
+# A task's meta "output_kind": "code" when a later step compiles, links, loads or imports its outputs. Such a
+# task never consults a cache: whoever can write the cache could otherwise run code on every machine restoring
+# from it (the stage declares it: stages.Stage.output_kind; the store refuses code files whatever a task says).
+KIND, DATA, CODE_KIND = "output_kind", "data", "code"
 CODE = Path(__file__).parents[1]   # the toolchain package: a stage's own code is part of its tool
 
 
@@ -46,6 +51,20 @@ def location() -> Path | str | None:
     if where.startswith(("http://", "https://")):
         return where
     return Path(where).expanduser().absolute()
+
+
+def uploads() -> bool:
+    """False for a read-only client: `doit cache_upload=0`, else $QNN_CACHE_UPLOAD=0."""
+    value = doit.get_var(UPLOAD_VAR) or os.environ.get(UPLOAD_ENV) or "1"
+    return value != "0"
+
+
+def upload_problem() -> str | None:
+    """What is wrong with cache_upload= / $QNN_CACHE_UPLOAD (said at load)."""
+    for name, value in ((UPLOAD_VAR, doit.get_var(UPLOAD_VAR)), (f"${UPLOAD_ENV}", os.environ.get(UPLOAD_ENV))):
+        if value not in (None, "", "0", "1"):
+            return f"{name}={value}: expected 0 (read-only: restore, never store) or 1"
+    return None
 
 
 def url_problem(url: str) -> str | None:
@@ -62,11 +81,11 @@ def url_problem(url: str) -> str | None:
     return None
 
 
-def open_store(where: Path | str):
-    """The store at a location(): a folder, or a remote-cache server."""
+def open_store(where: Path | str, upload: bool = True):
+    """The store at a location(): a folder, or a remote-cache server; read-only unless `upload`."""
     if isinstance(where, str):
-        return cache_http.HttpStore(where)
-    return Store(where)
+        return cache_http.HttpStore(where, upload=upload)
+    return Store(where, upload=upload)
 
 
 @functools.cache
@@ -116,9 +135,22 @@ def _source(module: str) -> Path | None:
 
 def key_material(task: str, action: dict, code: str, inputs: list[str], settings, outputs: list[str]) -> dict:
     """What a key hashes: what runs (action, code), on which bytes (inputs), how (settings), with what
-    (tool_id), writing which files (outputs). Paths are as the task names them: relative."""
+    (tool_id), writing which files (outputs). Paths are as the task names them (relative to the project), but
+    an input outside the project is named by where it sits in the toolchain, or else by its file name: its
+    content is in the key anyway, and two machines that install the toolchain or Python elsewhere share entries."""
     return {"format": FORMAT, "task": task, "action": action, "settings": settings, "tool": tool_id(code),
-            "inputs": {p: sha256_memo(p) for p in sorted(inputs)}, "outputs": sorted(outputs)}
+            "inputs": sorted([portable(p), sha256_memo(p)] for p in inputs), "outputs": sorted(outputs)}
+
+
+def portable(path: str) -> str:
+    """A task's path as a key names it: itself inside the project, `<toolchain>/…` inside the toolchain package,
+    `<outside>/<file name>` anywhere else (site-packages, an SDK, a system library)."""
+    if not os.path.isabs(path) and not path.startswith(".."):
+        return path
+    where = Path(os.path.abspath(path))
+    if where.is_relative_to(CODE):
+        return f"<{CODE.name}>/{where.relative_to(CODE).as_posix()}"
+    return f"<outside>/{where.name}"
 
 
 def key(material: dict) -> str:
@@ -132,15 +164,18 @@ def from_task(task, action: dict, code: str) -> dict:
     return key_material(task.name, action, code, list(task.file_dep), settings, list(task.targets))
 
 
-def run(task, action: dict, code: str, log: str, compute):
+def run(task, action: dict, code: str, log: str, compute, check=None):
     """A doit action result: restore the task's targets from the cache, or compute() and store them.
-    `action` is what the stage runs (JSON), `code` the toolchain module that runs it."""
+    `action` is what the stage runs (JSON), `code` the toolchain module that runs it, `check` the runner's own
+    check of restored files (beside the stage's: restore_check)."""
     root = location()
-    if root is None:
+    if root is None or (task.meta or {}).get(KIND) == CODE_KIND:
         return compute()
     material = from_task(task, action, code)
-    store, entry = open_store(root), key(material)
-    if store.restore(entry, list(task.targets), restore_check(task)):
+    store, entry = open_store(root, uploads()), key(material)
+    checks = [c for c in (restore_check(task), check) if c]
+    if store.restore(entry, list(task.targets), (lambda staged: [p for c in checks for p in c(staged)]) if checks
+                     else None):
         with open(log, "a") as f:
             f.write(f"# restored from cache {store.name} entry {entry}\n")
         return None

@@ -9,7 +9,11 @@ state DB), so a dead server costs one time-out per worker process, not one per s
 
 Credentials come from the environment, never from a record or a log: QNN_CACHE_TOKEN (a bearer token), or
 QNN_CACHE_USER and QNN_CACHE_PASSWORD (basic auth; a user:password@ in the URL works too and is stripped from
-every message). https:// URLs are verified against the system's CAs, or QNN_CACHE_CA (a PEM file)."""
+every message). https:// URLs are verified against the system's CAs, or QNN_CACHE_CA (a PEM file). A redirect
+is never followed (it would take the credentials to another host, or from https to http): a 3xx answer counts as
+a failed server. No answer fills the disk or the memory: a blob is read up to the size its entry records (an
+entry records at most QNN_CACHE_MAX_BLOB bytes per output), an entry up to cache_store.MAX_ENTRY bytes.
+QNN_CACHE_UPLOAD=0 (or `doit cache_upload=0`) makes a read-only client: no PUT, no DELETE."""
 from __future__ import annotations
 
 import base64
@@ -24,7 +28,7 @@ import urllib.parse
 from pathlib import Path
 
 from toolchain.engine import paths
-from toolchain.engine.cache_store import Store, Unreachable, _warn
+from toolchain.engine.cache_store import MAX_ENTRY, Store, Unreachable, _warn, bounded
 from toolchain.engine.files import MODE
 
 TIMEOUT, RETRY = "QNN_CACHE_TIMEOUT", "QNN_CACHE_RETRY"
@@ -37,7 +41,7 @@ _LOCK = threading.Lock()
 class HttpStore(Store):
     """A remote cache at `url` (http:// or https://, any path prefix)."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, upload: bool = True):
         parts = urllib.parse.urlsplit(url)
         netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
         self.base = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
@@ -45,7 +49,8 @@ class HttpStore(Store):
         self.headers = _auth(parts)
         self.timeout = float(os.environ.get(TIMEOUT) or 5)
         self.https = parts.scheme == "https"
-        self._context = None
+        self.upload = upload   # False: a read-only client (the base's save() stores nothing then)
+        self._opener = None   # built by the first request: refuses redirects, verifies TLS
         self.bad: set[str] = set()   # blobs that failed their hash on restore: rewritten on save
 
     def entry(self, key: str) -> str:
@@ -57,14 +62,16 @@ class HttpStore(Store):
     # ---- the protocol
     def read_entry(self, key: str) -> bytes | None:
         with self._request("GET", self.entry(key)) as answer:
-            return None if answer is None else answer.read()
+            return None if answer is None else bounded(answer.read(MAX_ENTRY + 1), f"entry {key}")
 
     def write_entry(self, key: str, data: bytes) -> None:
         self._put(self.entry(key), data, len(data))
 
     def drop_entry(self, key: str) -> None:
         """DELETE the entry where the server allows it (nginx's WebDAV); elsewhere (bazel-remote) the
-        correct entry written after the recompute replaces it."""
+        correct entry written after the recompute replaces it. A read-only client never evicts."""
+        if not self.upload:
+            return
         try:
             with self._request("DELETE", self.entry(key), quiet=True):
                 pass
@@ -77,19 +84,30 @@ class HttpStore(Store):
         with self._request("HEAD", self.blob(digest)) as answer:
             return answer is not None
 
-    def fetch_blob(self, digest: str, out: str) -> str:
-        """The blob streamed into a temp file beside `out`, its sha256 checked (the caller renames it)."""
+    def fetch_blob(self, digest: str, out: str, size: int) -> str:
+        """The blob streamed into a temp file beside `out`, its sha256 checked (the caller renames it). At most
+        `size` bytes (what its entry records) are written and size + 1 read: a longer answer is cut off there, one
+        whose Content-Length says more is refused before its body is read; a shorter one is refused too."""
         dst = Path(out)
         dst.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
         try:
-            hasher = hashlib.sha256()
+            hasher, left = hashlib.sha256(), size + 1
             with os.fdopen(fd, "wb") as f, self._request("GET", self.blob(digest)) as answer:
                 if answer is None:
                     raise ValueError(f"blob {digest} is not on the server")
-                for block in iter(lambda: answer.read(BLOCK), b""):
+                announced = answer.headers.get("Content-Length", "")
+                if announced.isdigit() and int(announced) > size:
+                    raise ValueError(f"blob {digest}: the server sends {announced} bytes, larger than the {size} "
+                                     "bytes its entry records: cut off")
+                while block := answer.read(min(BLOCK, left)):
+                    left -= len(block)
+                    if left == 0:   # the byte past the recorded size: not written, nothing more read
+                        raise ValueError(f"blob {digest} is larger than the {size} bytes its entry records: cut off")
                     hasher.update(block)
                     f.write(block)
+            if left != 1:
+                raise ValueError(f"blob {digest} has {size + 1 - left} bytes, its entry records {size}")
             if hasher.hexdigest() != digest:
                 self.bad.add(digest)
                 raise ValueError(f"blob {digest} has sha256 {hasher.hexdigest()}")
@@ -118,19 +136,19 @@ class HttpStore(Store):
         import urllib.request
         if _down(self.name):
             raise Skipped(self.name)
-        if self.https and self._context is None:
-            self._context = ssl.create_default_context(cafile=os.environ.get(CA) or None)
+        if self._opener is None:
+            context = ssl.create_default_context(cafile=os.environ.get(CA) or None) if self.https else None
+            self._opener = urllib.request.build_opener(_no_redirect_handler(),
+                                                       urllib.request.HTTPSHandler(context=context))
         request = urllib.request.Request(self.base + path, data=body, method=method,
                                          headers={**self.headers, **(headers or {})})
         try:
-            return urllib.request.urlopen(request, timeout=self.timeout, context=self._context)
+            return self._opener.open(request, timeout=self.timeout)
         except urllib.error.HTTPError as err:
             err.close()
             if err.code == 404:
                 return _Nothing()
-            problem = f"{self.name}: {method} {path}: HTTP {err.code} {err.reason}"
-            if err.code == 400 and method == "PUT" and path.startswith("/ac/"):   # bazel-remote's ActionResult check
-                problem += " (bazel-remote: start it with --disable_http_ac_validation; an entry is JSON, not REAPI)"
+            problem = self._refused(method, path, err)
         except (urllib.error.URLError, socket.timeout, ConnectionError, ssl.SSLError, OSError) as err:
             problem = f"{self.name}: {method} {path}: {getattr(err, 'reason', err)}"
         if quiet:
@@ -140,6 +158,39 @@ class HttpStore(Store):
                 raise Skipped(self.name)
             _mark_down(self.name, problem)
         raise Unreachable(f"{problem}; the server is left alone for {_retry():.0f} s ({RETRY})")
+
+    def _refused(self, method: str, path: str, err) -> str:
+        """What an HTTP error answer says, in one line: the status, and for a redirect where it pointed to."""
+        problem = f"{self.name}: {method} {path}: HTTP {err.code} {err.reason}"
+        location = err.headers.get("Location") if err.headers else None
+        if 300 <= err.code < 400 and location:
+            target = _host(self.base + path, location)
+            problem = (f"{self.name}: {method} {path}: redirected (HTTP {err.code}) to {target}, not followed "
+                       "(credentials go to the configured server only)")
+        if err.code == 400 and method == "PUT" and path.startswith("/ac/"):   # bazel-remote's ActionResult check
+            problem += " (bazel-remote: start it with --disable_http_ac_validation; an entry is JSON, not REAPI)"
+        return problem
+
+
+def _no_redirect_handler():
+    """urllib's redirect handler, refusing: the 3xx surfaces as an HTTPError. Followed, it would send the
+    Authorization header to whatever host the Location names, https or not."""
+    import urllib.request  # here: a build without a server never loads urllib's client
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, req, fp, code, msg, headers, newurl):
+            return None
+
+    return NoRedirect()
+
+
+def _host(url: str, location: str) -> str:
+    """host[:port] a Location points to (relative to `url`), never its user:password."""
+    try:
+        target = urllib.parse.urlsplit(urllib.parse.urljoin(url, location))
+        return (target.hostname or "?") + (f":{target.port}" if target.port else "")
+    except ValueError:
+        return "an unreadable Location"
 
 
 class Skipped(Unreachable):

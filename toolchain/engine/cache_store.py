@@ -11,17 +11,27 @@ import sys
 import tempfile
 from pathlib import Path
 
+from toolchain.engine import restored
 from toolchain.engine.files import MODE, remember, sha256, sha256_memo
 
-FORMAT = 1   # bump when the key material or the layout changes
+FORMAT = 2   # bump when the key material or the layout changes (2: inputs named portably)
+BLOCK = 1 << 20
+MAX_ENTRY = 16 << 20   # bytes: an entry is a small JSON record; a larger answer is cut off and counts as bad
+MAX_BLOB = "QNN_CACHE_MAX_BLOB"   # bytes an entry may record per output (default 4 GiB): no writer fills the disk
+# Outputs that a later step compiles, links, loads or imports: never stored, never restored, whatever an entry says
+# (a stage whose outputs are code declares it and is not cached at all: cache.run). A writer of the cache could
+# otherwise run code on every machine that restores from it.
+CODE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".h", ".hpp", ".so", ".dylib", ".dll", ".o", ".a", ".py", ".pyc",
+                 ".pkl", ".pickle", ".sh")
 
 
 class Store:
     """One cache folder. A subclass (cache_http.HttpStore) changes where entries and blobs live, not the rules."""
 
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, upload: bool = True):
         self.root = Path(root)
         self.name = str(self.root)
+        self.upload = upload   # False: a read-only client, which restores but never writes or evicts
 
     def entry(self, key: str) -> Path:
         return self.root / "entries" / f"{key}.json"
@@ -32,7 +42,10 @@ class Store:
     # ---- where things live: the folder's own
     def read_entry(self, key: str) -> bytes | None:
         path = self.entry(key)
-        return path.read_bytes() if path.exists() else None
+        if not path.exists():
+            return None
+        with open(path, "rb") as f:
+            return bounded(f.read(MAX_ENTRY + 1), f"entry {key}")
 
     def write_entry(self, key: str, data: bytes) -> None:
         _write(self.entry(key), data)
@@ -40,8 +53,10 @@ class Store:
     def drop_entry(self, key: str) -> None:
         self.entry(key).unlink(missing_ok=True)
 
-    def fetch_blob(self, digest: str, out: str) -> str:
-        return _copy(self.blob(digest), out, digest)
+    def fetch_blob(self, digest: str, out: str, size: int) -> str:
+        """The blob in a temp file beside `out` (the caller renames it): at most `size` bytes read, its sha256
+        checked; a blob of another size is a ValueError (a store never writes more than the entry says)."""
+        return _copy(self.blob(digest), out, digest, size=size)
 
     def has_blob(self, digest: str) -> bool:
         blob = self.blob(digest)
@@ -52,24 +67,24 @@ class Store:
 
     # ---- the rules, the same for every store
     def restore(self, key: str, outputs: list[str], check=None) -> bool:
-        """Put the entry's files in place, all or none, each only if its bytes have the recorded sha256 and
-        `check` (the stage's own, on the staged files) finds nothing; else drop the entry (never offered
-        again) and return False."""
-        try:
-            data = self.read_entry(key)
-        except Unreachable as err:
-            _say(err, after="; the step runs here")
-            return False
-        if data is None:
-            return False
+        """Put the entry's files in place, all or none, each only if it is data (never code: CODE_SUFFIXES), its
+        bytes have the recorded size and sha256, it parses as its format says (restored.py) and `check` (the
+        stage's own, on the staged files) finds nothing; else drop the entry (never offered again) and return
+        False."""
         staged = []
         try:
+            data = self.read_entry(key)   # None: no such entry; too large: ValueError, a bad entry
+            if data is None:
+                return False
             files = json.loads(data)["outputs"]
             if sorted(files) != sorted(outputs):
                 raise ValueError(f"it lists {sorted(files)}, the task writes {sorted(outputs)}")
-            for out, recorded in files.items():
-                staged.append((self.fetch_blob(recorded["sha256"], out), out))
-            problems = check({out: tmp for tmp, out in staged}) if check else []
+            for out, recorded in sorted(files.items()):
+                _refuse_code(out)
+                size = _size(recorded["bytes"], out)
+                staged.append((self.fetch_blob(recorded["sha256"], out, size), out))
+            problems = [p for tmp, out in staged for p in restored.problems(tmp, out)]
+            problems += check({out: tmp for tmp, out in staged}) if check and not problems else []
             if problems:
                 raise ValueError("its outputs are not what this task makes: " + "; ".join(problems))
         except (OSError, ValueError, KeyError, TypeError, AttributeError, Unreachable) as err:
@@ -78,8 +93,10 @@ class Store:
             if isinstance(err, Unreachable):
                 _say(err, after="; the step runs here")
                 return False
-            _warn(f"{self.name} entry {key}: unusable cache entry evicted, recomputing ({err})")
-            self.drop_entry(key)
+            _warn(f"{self.name} entry {key}: unusable cache entry " + ("evicted" if self.upload else "ignored") +
+                  f", recomputing ({err})")
+            if self.upload:
+                self.drop_entry(key)
             return False
         for tmp, out in staged:
             os.replace(tmp, out)
@@ -89,7 +106,9 @@ class Store:
     def save(self, key: str, material: dict, outputs: list[str]) -> None:
         """Store the outputs (a blob that exists but fails its hash is replaced), then the entry with
         its key material (to diff when an expected hit misses): a reader never sees an entry whose blobs
-        are not all there."""
+        are not all there. A read-only client (upload False) and code outputs store nothing."""
+        if not self.upload or any(out.endswith(CODE_SUFFIXES) for out in outputs):
+            return
         try:
             files = {}
             for out in outputs:
@@ -105,6 +124,31 @@ class Store:
             _warn(f"{self.name}: could not store {material['task']} ({err})")
 
 
+def _refuse_code(out: str) -> None:
+    if out.endswith(CODE_SUFFIXES):
+        raise ValueError(f"{out} is code (a later step compiles, loads or imports it): never taken from a cache")
+
+
+def max_blob() -> int:
+    """The most bytes an entry may record for one output ($QNN_CACHE_MAX_BLOB, default 4 GiB)."""
+    return int(os.environ.get(MAX_BLOB) or 4 << 30)
+
+
+def _size(recorded, out: str) -> int:
+    """An entry's recorded size of `out`, refused when it is no size or more than max_blob()."""
+    if not isinstance(recorded, int) or isinstance(recorded, bool) or recorded < 0:
+        raise ValueError(f"{out}: recorded size {recorded!r} is not a byte count")
+    if recorded > max_blob():
+        raise ValueError(f"{out}: the entry records {recorded} bytes, over the {max_blob()} allowed (${MAX_BLOB})")
+    return recorded
+
+
+def bounded(data: bytes, what: str, limit: int = MAX_ENTRY) -> bytes:
+    if len(data) > limit:
+        raise ValueError(f"{what} is over {limit} bytes: cut off")
+    return data
+
+
 class Unreachable(Exception):
     """The store did not answer (or answered with an error): the step runs locally, the build goes on."""
 
@@ -115,18 +159,25 @@ def _say(err: Unreachable, what: str = "", after: str = "") -> None:
         _warn(what + str(err) + after)
 
 
-def _copy(src: str | Path, dst: str | Path, digest: str, replace: bool = False) -> str:
-    """Copy src to a temp file beside dst, checking the bytes' sha256; rename it onto dst if `replace`,
-    else return the temp name (the caller renames it)."""
+def _copy(src: str | Path, dst: str | Path, digest: str, replace: bool = False, size: int | None = None) -> str:
+    """Copy src to a temp file beside dst, checking the bytes' sha256 (and, given `size`, reading no more than
+    size + 1 bytes: a blob longer than its entry says is refused without copying the rest); rename it onto dst
+    if `replace`, else return the temp name (the caller renames it)."""
     dst = Path(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
     try:
-        hasher = hashlib.sha256()
+        hasher, left = hashlib.sha256(), (size + 1 if size is not None else None)
         with os.fdopen(fd, "wb") as out, open(src, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
+            for block in iter(lambda: f.read(BLOCK if left is None else min(BLOCK, left)), b""):
                 hasher.update(block)
                 out.write(block)
+                if left is not None:
+                    left -= len(block)
+                    if left == 0:
+                        raise ValueError(f"{src} is larger than the {size} bytes its entry records: cut off")
+        if size is not None and left != 1:
+            raise ValueError(f"{src} has {size + 1 - left} bytes, its entry records {size}")
         if hasher.hexdigest() != digest:
             raise ValueError(f"{src} has sha256 {hasher.hexdigest()}, recorded {digest}")
         os.chmod(tmp, MODE)   # the umask's mode: a shared cache is read by other users

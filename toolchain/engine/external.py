@@ -1,6 +1,8 @@
 """Run an external tool as a doit action: its own log kept, a failure is one message ending in the log's tail."""
 from __future__ import annotations
 
+import functools
+import json
 import os
 import shlex
 import subprocess
@@ -58,7 +60,20 @@ def run(argv: list[str], env: dict, log: str, outputs: list[str], record: str | 
 def action(argv: list[str], env: dict, log: str, outputs: list[str], record: str | None, task):
     """run() as a doit action: doit fills in `task`; cached and limited per stage as worker.run is."""
     return cache.run(task, {"argv": argv, "env": env}, __name__, log,
-                     lambda: limits.call(task, run, argv, env, log, outputs, record))
+                     lambda: limits.call(task, run, argv, env, log, outputs, record),
+                     functools.partial(restored, record=record, outputs=outputs) if record else None)
+
+
+def restored(staged: dict, record: str, outputs: list[str]) -> list[str]:
+    """Why files restored from a cache (`staged`: target -> the restored file) are not one run of the tool: the
+    run's record must have its shape and name the sha256 of each output restored with it."""
+    with open(staged[record], "rb") as f:
+        ran = json.loads(f.read())
+    if not (isinstance(ran.get("argv"), list) and isinstance(ran.get("env"), dict)
+            and isinstance(ran.get("outputs"), dict)):
+        return [f"{record} is not a tool run's record (argv, env, outputs)"]
+    return [f"{out} has sha256 {sha256(staged[out])}, its record says {ran['outputs'].get(out)}"
+            for out in outputs if sha256(staged[out]) != ran["outputs"].get(out)]
 
 
 def tool_name(argv: list[str]) -> str:

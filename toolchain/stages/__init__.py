@@ -10,6 +10,7 @@ from typing import Callable
 
 # What one task of a stage is per, which decides its name and the `model:` / `chip:` aliases it joins.
 # qairt: per QAIRT family
+OUTPUT_KINDS = ("data", "code")   # what a later step does with a stage's outputs: reads them, or runs them
 SCOPES = ("model", "graph", "graph@chip", "model@chip", "toolchain@chip", "qairt", "build", "phone")
 
 
@@ -23,7 +24,12 @@ class Stage:
     threads: int = 1           # cores one step keeps busy (the x86 HTP simulator runs ~2 threads)
     memory_gb: float = 0.5     # peak memory of one step, measured (limits.slots_for sizes the slots from both)
     pool: str = ""             # stages whose steps share one set of slots (every simulator stage: "simulator")
+    # "code" when a later step compiles, links, loads or imports the outputs (a QNN graph's C source, a model
+    # library): such outputs are rebuilt here, never taken from a shared cache (docs/scale.md, "Trust")
+    output_kind: str = "data"
 
     def __post_init__(self):
         if self.scope not in SCOPES:
             raise ValueError(f"stage {self.name}: scope {self.scope!r} is not one of {SCOPES}")
+        if self.output_kind not in OUTPUT_KINDS:
+            raise ValueError(f"stage {self.name}: output_kind {self.output_kind!r} is not one of {OUTPUT_KINDS}")

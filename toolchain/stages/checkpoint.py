@@ -1,8 +1,10 @@
 """Original checkpoint -> the model code's PyTorch checkpoint, once per model, pinned by sha256."""
 from __future__ import annotations
 
+import ast
 import os
 import shutil
+from pathlib import Path
 
 from doit.tools import config_changed
 
@@ -26,6 +28,8 @@ def tasks(project):
         yield {"name": model.name, "doc": f"{model.name}: {DOC}",
                "file_dep": [*(ck.parts or [ck.path]), *model.code_files], "targets": [out, log], "clean": True,
                "actions": [(run, (prepare, kwargs, log))],
+               "meta": {"restore_check": [f"{__name__}:restored",
+                                          {"out": out, "pinned": ck.sha256, "module_file": model.module_file}]},
                "uptodate": [config_changed(settings)]}
 
 
@@ -56,3 +60,24 @@ def prepare(spec_file: str, module_file: str, parts: list, pinned: str, fmt: str
 
     if len(parts) > 1:
         os.unlink(source)   # the joined copy is only an intermediate
+
+
+def restored(staged: dict, out: str, pinned: str, module_file: str) -> list[str]:
+    """Why a checkpoint restored from a cache (`staged`: target -> the restored file) is not this task's: a copy
+    (model code without prepare_checkpoint) must have the spec's pinned sha256, which no cache writer can change.
+    A converted checkpoint is data the model code loads with torch.load(weights_only=True) (docs/add-a-model.md)."""
+    if sha256(staged[out]) == pinned or converts(module_file):
+        return []
+    return [f"{out} is a copy of the pinned checkpoint but has sha256 {sha256(staged[out])}, the spec pins {pinned}"]
+
+
+def converts(module_file: str) -> bool:
+    """Whether the model code defines prepare_checkpoint (read, not imported: doit's process stays light)."""
+    tree = ast.parse(Path(module_file).read_bytes())
+    names = [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            names += [n.id for target in node.targets for n in ast.walk(target) if isinstance(n, ast.Name)]
+        elif isinstance(node, ast.ImportFrom):
+            names += [alias.asname or alias.name for alias in node.names]
+    return "prepare_checkpoint" in names

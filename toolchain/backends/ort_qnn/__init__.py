@@ -26,9 +26,9 @@ class Backend(base.Backend):
               Stage("quantize", quantize.tasks, "Float ONNX -> w8a16 QDQ ONNX, per w8a16 graph (embedded toolchain).",
                     "graph"),
               Stage("convert", convert.tasks, "ONNX -> QNN graph <graph>.c + weights .bin (the EP's HTP lowering "
-                    "recorded by the QNN Saver), per graph; ort-qnn.", "graph", memory_gb=1.0),
+                    "recorded by the QNN Saver), per graph; ort-qnn.", "graph", memory_gb=1.0, output_kind="code"),
               Stage("modellib", modellib.tasks, "QNN graph .c -> model library lib<graph>.so (x86_64-linux, system C "
-                    "compiler), per graph; ort-qnn.", "graph"),
+                    "compiler), per graph; ort-qnn.", "graph", output_kind="code"),
               Stage("compile", compile.tasks, "Model library -> HTP context binary + EPContext ONNX (libQnnHtp.so "
                     "with the chip's settings), per graph and chip; ort-qnn.", "graph@chip", memory_gb=1.0),
               # a Whisper compile peaks at 0.9 GB

@@ -106,8 +106,11 @@ def record(src: str, source_c: str, weights: str, record: str, options: dict):
         raise StageFailed(f"{source_c}: {summary['graphs']} QNN graphs recorded, expected 1 (a split graph)")
     import onnx
     metadata = {p.key: p.value for p in onnx.load(src, load_external_data=False).metadata_props}
+    # no wall time in the record: compile reads it, and the same recording made on another machine (the graph
+    # source is code: rebuilt, never restored) must key compile's shared-cache entry the same (the log has it)
+    print(f"recorded in {time.monotonic() - started:.3f} s")
     write_json(record, {**summary, "weights_file_bytes": os.path.getsize(weights), "onnx_metadata": metadata,
-                        "seconds": round(time.monotonic() - started, 3), "tool": ep.version(),
+                        "tool": ep.version(),
                         "recorded_with": {k: v for k, v in options.items() if k != "qnn_saver_path"}})
 
 

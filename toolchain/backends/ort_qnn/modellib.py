@@ -16,6 +16,7 @@ from doit.tools import config_changed
 from toolchain import artifacts
 from toolchain.backends.ort_qnn import ep, families
 from toolchain.engine import external
+from toolchain.engine.files import sha256
 
 TARGET = "x86_64-linux"
 CSRC = Path(__file__).with_name("csrc")
@@ -49,6 +50,18 @@ def argv(cc: str, source_c: str, out: str) -> list[str]:
             f"-DQNC_GRAPH_SOURCE=\"{os.path.basename(source_c)}\"", os.path.relpath(WRAPPER), "-o", out]
 
 
+def portable(command: list[str]) -> list[str]:
+    """The command line with the shipped sources' folder written `<csrc>`: the same wherever the toolchain is."""
+    here = os.path.relpath(CSRC)
+    return [arg.replace(here, "<csrc>") for arg in command]
+
+
+@functools.cache
+def shipped_sources() -> dict[str, str]:
+    """{path under csrc/: sha256} of the sources every model library is built from."""
+    return {p.relative_to(CSRC).as_posix(): sha256(p) for p in sorted(CSRC.rglob("*")) if p.is_file()}
+
+
 def tasks(project):
     cc = compiler()
     for model in project.models_of(ep.NAME):
@@ -65,6 +78,8 @@ def _tasks(model, family: str, cc: str | None):
         record = artifacts.stage_record(model, graph, "modellib", family=family)
         command = argv(cc or "cc", source_c, lib)
         identity = compiler_identity(cc) if cc else None
+        # the settings name the shipped sources by content, not by where the toolchain sits (relocatable)
+        settings = {"argv": portable(command), "compiler": identity, "target": TARGET, "sources": shipped_sources()}
         yield {"name": f"{model.name}/{graph.name}{families.tag(family)}",
                "doc": f"{model.name}/{graph.name}: {graph.name}.c -> lib{graph.name}.so ({TARGET}, "
                       f"{identity or 'no C compiler'})",
@@ -72,4 +87,4 @@ def _tasks(model, family: str, cc: str | None):
                "file_dep": [source_c, os.path.relpath(WRAPPER), os.path.relpath(CSRC / "include" / "QnnInterface.h")],
                "targets": [lib, record, log], "clean": True,
                "actions": [(external.action, (command, {}, log, [lib], record))],
-               "uptodate": [config_changed({"argv": command, "compiler": identity, "target": TARGET})]}
+               "uptodate": [config_changed(settings)]}

@@ -29,9 +29,9 @@ class Backend(base.Backend):
     calibration_layout = "qnn"    # --use_native_input_files: raw files in the converter's native layout
     stages = (
         Stage("convert", convert.tasks, "ONNX -> QNN graph C++ + weights (qnn-onnx-converter), per graph; "
-              "QAIRT SDK models.", "graph"),
+              "QAIRT SDK models.", "graph", output_kind="code"),
         Stage("modellib", modellib.tasks, "QNN graph -> model libs x86_64 / aarch64-android "
-              "(qnn-model-lib-generator), per graph; QAIRT.", "graph"),
+              "(qnn-model-lib-generator), per graph; QAIRT.", "graph", output_kind="code"),
         Stage("pagesize", pagesize.tasks, "aarch64-android model lib LOAD segments aligned to 16 KiB, per graph; "
               "QAIRT.", "graph"),
         Stage("htpconfig", htpconfig.tasks, "Chip table -> HTP backend config JSON, per graph and chip; QAIRT.",

@@ -3,7 +3,6 @@ writes them: docs/qairt.md), once per (graph, chip)."""
 from __future__ import annotations
 
 import json
-import os
 
 from doit.tools import config_changed
 
@@ -34,10 +33,11 @@ def tasks(project):
 
 
 def contents(sdk, chip: dict, graph_name: str, optimization: int, config: str, extensions: str) -> dict:
-    """{path: text} of the two files, as generate_config.py writes them: indent 4, no trailing newline,
-    config_file_path absolute (the script makes its output folder absolute)."""
+    """{path: text} of the two files, as generate_config.py writes them (indent 4, no trailing newline), but
+    config_file_path relative to the project, where the tools run: the script makes it absolute, which would make
+    the context step's inputs name this folder and never share a cache entry with another layout (relocatable)."""
     backend = {"backend_extensions": {"shared_library_path": sdk.host_lib("libQnnHtpNetRunExtensions.so"),
-                                      "config_file_path": os.path.abspath(config)}}
+                                      "config_file_path": config}}
     htp = {"graphs": [{"vtcm_mb": chip["vtcm_mb"], "O": optimization, "graph_names": [graph_name]}],
            "devices": [{"device_id": 0, "soc_id": chip["soc_model"], "dsp_arch": f"v{chip['htp_arch']}",
                         "cores": [{"core_id": 0, "perf_profile": "burst", "rpc_control_latency": 200}]}]}

@@ -1,0 +1,266 @@
+"""The shared cache attacked by whoever can write it (toolchain/engine/{cache,cache_store,restored}.py, docs/scale.md
+"Trust"): no stage whose outputs are code is ever stored or restored, whatever entry a writer plants; data restored
+is checked against what the cache cannot write (the checkpoint's pin, the array format, the record format); settings
+and keys name no folder, so projects at other depths share every cacheable entry. Folder and nginx alike."""
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import (
+    ONE_CHIP,
+    RESTORED,
+    TOKEN,
+    Project,
+    add_qnet,
+    assert_same_outputs,
+    cacheable,
+    checkout,
+    doit,
+    sdk_env,
+    sha256,
+    sources,
+    tool_logs,
+)
+
+from toolchain.engine import cache, cache_store
+
+# Run in a project folder: every task of its dodo.py with what keys it (settings, action, the key it has or would
+# have where its inputs exist), as JSON. A subprocess: the dodo reads its own command line and environment.
+LIST_TASKS = textwrap.dedent('''
+    import json, os, runpy
+    from toolchain.engine import cache, external, worker
+    found = []
+    for obj in runpy.run_path("dodo.py").values():
+        create = getattr(obj, "create_doit_tasks", None)
+        made = create() if create else []
+        for task in [made] if isinstance(made, dict) else made:
+            settings = [u.config for u in task.get("uptodate", []) if hasattr(u, "config")]
+            action, code = None, None
+            for step in task.get("actions") or []:
+                if isinstance(step, tuple) and step[0] is external.action:
+                    action, code = {"argv": step[1][0], "env": step[1][1]}, external.__name__
+                elif isinstance(step, tuple) and step[0] is worker.run:
+                    action = {"function": worker.qualified(step[1][0]), "kwargs": worker.to_json(step[1][1])}
+                    code = step[1][0].__module__
+            name = f"{create.basename}:{task.get('name')}" if task.get("name") else create.basename
+            deps, targets = list(task.get("file_dep", [])), list(task.get("targets", []))
+            key = None
+            if action and all(os.path.exists(p) for p in deps):
+                key = cache.key(cache.key_material(name, action, code, deps, settings, targets))
+            found.append({"name": name, "targets": targets, "kind": task.get("meta", {}).get(cache.KIND),
+                          "settings": settings, "action": action, "key": key})
+    print(json.dumps(found, default=repr))
+''')
+
+
+def list_tasks(root: Path) -> dict[str, dict]:
+    done = subprocess.run([sys.executable, "-c", LIST_TASKS], cwd=root, capture_output=True, text=True, check=True)
+    return {t["name"]: t for t in json.loads(done.stdout.splitlines()[-1])}
+
+
+def test_every_stage_whose_outputs_run_declares_it(tmp_path, monkeypatch):
+    """A target that a later step compiles, links, loads or imports (.c, .cpp, .so, .py, a pickle) belongs to a
+    stage declared output_kind = "code"; a new stage that writes one without saying so fails here."""
+    sdk_env(monkeypatch, tmp_path)
+    project = Project(tmp_path / "p")
+    project.add_tiny("tiny", **ONE_CHIP)
+    add_qnet(project)
+    found = list_tasks(project.root)
+    code = {name for name, t in found.items() if any(p.endswith(cache_store.CODE_SUFFIXES) for p in t["targets"])}
+    assert {"convert:tiny/net", "modellib:tiny/net", "convert:qnet/net-a", "modellib:qnet/net-a"} <= code
+    assert [name for name in code if found[name]["kind"] != cache.CODE_KIND] == []
+    assert {t["kind"] for t in found.values() if t["targets"]} == {cache.DATA, cache.CODE_KIND}
+
+
+def test_no_setting_names_where_the_project_or_the_toolchain_sits(tmp_path):
+    """The same models at two depths (the toolchain installed elsewhere): every task's settings are equal, and so
+    is what keys a cacheable step (its action), so doit's own check and the cache agree across layouts."""
+    near, far = Project(tmp_path / "a"), Project(tmp_path / "deep" / "er" / "b")
+    for project in (near, far):
+        project.add_tiny("tiny", **ONE_CHIP)
+    (far.root / "models" / "tiny.pt").write_bytes((near.root / "models" / "tiny.pt").read_bytes())
+    (far.root / "models" / "tiny.toml").write_text((near.root / "models" / "tiny.toml").read_text())
+    a, b = list_tasks(near.root), list_tasks(far.root)
+    assert sorted(a) == sorted(b) and "modellib:tiny/net" in a
+    for name in a:
+        assert a[name]["settings"] == b[name]["settings"], name
+        if a[name]["kind"] == cache.DATA:
+            assert a[name]["action"] == b[name]["action"], name
+    text = json.dumps([t["settings"] for t in a.values()])
+    assert str(near.root) not in text and "../" not in text
+
+
+@pytest.fixture(params=["folder", "http"])
+def shared(request, tmp_path, monkeypatch):
+    """(where the cache is, its folder of entries, its folder of blobs, entry file of a key)."""
+    if request.param == "http":
+        server = request.getfixturevalue("server")
+        monkeypatch.setenv("QNN_CACHE_TOKEN", TOKEN)
+        return server.url, lambda key: server.root / "ac" / key, lambda digest: server.root / "cas" / digest
+    root = tmp_path / "cache"
+    return str(root), lambda key: root / "entries" / f"{key}.json", \
+        lambda digest: root / "blobs" / digest[:2] / digest
+
+
+def test_projects_at_other_depths_share_every_cacheable_step(shared, tmp_path):
+    where = shared[0]
+    near, far = Project(tmp_path / "a"), Project(tmp_path / "x" / "y" / "z" / "b")
+    near.add_tiny("tiny", **ONE_CHIP)
+    for rel in ("models/tiny.pt", "models/tiny.toml", "models/tinynet.py"):
+        (far.root / rel).write_bytes((near.root / rel).read_bytes())
+    doit(near.root, f"cache={where}")
+    doit(far.root, f"cache={where}")
+    logs = tool_logs(far.root)
+    restored = cacheable(logs)
+    assert len(restored) >= 6 and all(RESTORED in text for text in restored.values()), \
+        [rel for rel, text in restored.items() if RESTORED not in text]
+    assert [rel for rel in logs if rel not in restored] and not [rel for rel in logs if rel not in restored
+                                                                 and RESTORED in logs[rel]]
+    for rel in ("tiny/ort-qnn/SM8750/net_qnn.bin", "tiny/ort-qnn/SM8750/verify.json", "tiny/net/net.onnx"):
+        assert sha256(near.root / "build" / rel) == sha256(far.root / "build" / rel), rel
+    # the model library's record holds the command as it ran here (paths by depth): the one output that differs
+    assert_same_outputs_but(near.root, far.root, "tiny/ort-qnn/net/net.modellib.json")
+
+
+def assert_same_outputs_but(a: Path, b: Path, differs: str) -> None:
+    assert (a / "build" / differs).read_text() != (b / "build" / differs).read_text()
+    (b / "build" / differs).write_bytes((a / "build" / differs).read_bytes())
+    assert_same_outputs(a, b)
+
+
+def plant(shared, key: str, outputs: dict[str, bytes]) -> None:
+    """Write an entry and its blobs as a cache writer would: self-consistent, every sha256 right."""
+    _, entry_file, blob_file = shared
+    files = {}
+    for out, data in outputs.items():
+        digest = hashlib.sha256(data).hexdigest()
+        blob_file(digest).parent.mkdir(parents=True, exist_ok=True)
+        blob_file(digest).write_bytes(data)
+        files[out] = {"sha256": digest, "bytes": len(data)}
+    entry_file(key).parent.mkdir(parents=True, exist_ok=True)
+    entry_file(key).write_text(json.dumps({"format": cache_store.FORMAT, "material": {"task": "planted"},
+                                           "outputs": files}))
+
+
+class Payload:
+    """Unpickling it writes the marker file: what a hostile pickle does."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+def evil_library(tmp_path: Path, marker: Path) -> bytes:
+    """A shared library whose ELF constructor writes the marker when it is loaded."""
+    source = tmp_path / "evil.c"
+    source.write_text(f'#include <fcntl.h>\n#include <unistd.h>\n__attribute__((constructor)) static void pwn(void) '
+                      f'{{ close(open("{marker}", O_CREAT | O_WRONLY, 0644)); }}\n')
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(tmp_path / "evil.so"), str(source)], check=True)
+    return (tmp_path / "evil.so").read_bytes()
+
+
+def test_a_cache_writer_cannot_run_code_on_a_restoring_machine(shared, tmp_path):
+    """Self-consistent poisoned entries at the keys the steps have (or would have, were they cached): a model library
+    with an ELF constructor, a graph source with a constructor function, a checkpoint copy that is a hostile pickle.
+    No marker is written, the build ends green with the reference's outputs, the code is rebuilt here."""
+    where = shared[0]
+    ref = sources(Project(tmp_path / "ref"))
+    ref.add_tiny("tiny", **ONE_CHIP)
+    doit(ref.root, f"cache={where}")
+    found = list_tasks(ref.root)
+    markers = {name: tmp_path / f"ran-{name}" for name in ("so", "c", "pickle")}
+    build = ref.root / "build"
+
+    def outputs(task: str, **replace: bytes) -> dict[str, bytes]:
+        return {p: replace.get(Path(p).suffix[1:], (ref.root / p).read_bytes()) for p in found[task]["targets"]}
+
+    source_c = next(p for p in found["convert:tiny/net"]["targets"] if p.endswith(".c"))
+    hostile_c = (ref.root / source_c).read_bytes() + (
+        f'\n#include <fcntl.h>\n__attribute__((constructor)) static void pwn(void) '
+        f'{{ open("{markers["c"]}", O_CREAT | O_WRONLY, 0644); }}\n').encode()
+    plant(shared, found["modellib:tiny/net"]["key"], outputs("modellib:tiny/net", so=evil_library(tmp_path,
+                                                                                                   markers["so"])))
+    plant(shared, found["convert:tiny/net"]["key"], outputs("convert:tiny/net", c=hostile_c))
+    plant(shared, found["checkpoint:tiny"]["key"], outputs("checkpoint:tiny",
+                                                           pt=pickle.dumps(Payload(markers["pickle"]))))
+    assert build.is_dir()
+
+    second = checkout(ref.root, tmp_path / "second")
+    executed, output = doit(second, cache_dir=where)   # doit() asserts the build passed
+    assert [m.name for m in markers.values() if m.exists()] == []
+    assert {"convert:tiny/net", "modellib:tiny/net", "checkpoint:tiny", "verify:tiny@SM8750"} <= set(executed)
+    for log in ("tiny/ort-qnn/net/net.convert.log", "tiny/ort-qnn/net/net.modellib.log",
+                "tiny/checkpoint/model.pt.log"):
+        assert RESTORED not in (second / "build" / log).read_text(), log
+    line = next(ln for ln in output.splitlines() if found["checkpoint:tiny"]["key"] in ln)
+    assert "is a copy of the pinned checkpoint but has sha256" in line, line
+    assert RESTORED in (second / "build/tiny/net/export.log").read_text()   # the rest still comes from the cache
+    assert_same_outputs(ref.root, second)
+
+
+def test_an_array_file_that_would_unpickle_is_never_restored(shared, tmp_path, monkeypatch):
+    """An .npz whose array holds Python objects (np.load(allow_pickle=True) would run the marker's writer): the
+    store refuses it before it is in place, and nothing here loads arrays with pickle (tests/architecture.py)."""
+    kind = "http" if shared[0].startswith("http") else "folder"
+    marker = tmp_path / "ran"
+    monkeypatch.chdir(tmp_path)
+    hostile, plain = tmp_path / "hostile.npz", tmp_path / "plain.npz"
+    np.savez(hostile, feeds=np.array([Payload(marker)], dtype=object))
+    np.savez(plain, feeds=np.zeros(4, np.float32))
+    store = cache.open_store(shared[0] if kind == "http" else Path(shared[0]))
+    plant(shared, "hostile", {"build/feeds.npz": hostile.read_bytes()})
+    plant(shared, "plain", {"build/feeds.npz": plain.read_bytes()})
+    assert not store.restore("hostile", ["build/feeds.npz"]) and not Path("build/feeds.npz").exists()
+    assert store.restore("plain", ["build/feeds.npz"]) and sha256("build/feeds.npz") == sha256(plain)
+    assert not marker.exists()
+    assert not list(Path("build").glob(".*.tmp"))
+
+
+def test_a_record_that_is_not_one_is_refused(shared, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    store = cache.open_store(shared[0] if shared[0].startswith("http") else Path(shared[0]))
+    for key, data in (("list", b"[1, 2]"), ("cut", b'{"binary": "x'), ("object", b'{"binary": "x"}')):
+        plant(shared, key, {"build/x.compile.json": data})
+    assert not store.restore("list", ["build/x.compile.json"])
+    assert not store.restore("cut", ["build/x.compile.json"])
+    assert store.restore("object", ["build/x.compile.json"])
+
+
+def test_the_store_never_stores_or_restores_code(shared, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    store = cache.open_store(shared[0] if shared[0].startswith("http") else Path(shared[0]))
+    Path("build").mkdir()
+    Path("build/libnet.so").write_bytes(b"\x7fELF")
+    store.save("mine", {"task": "t"}, ["build/libnet.so"])
+    assert store.read_entry("mine") is None   # nothing stored
+    plant(shared, "planted", {"build/libnet.so": b"\x7fELF planted"})
+    assert not store.restore("planted", ["build/libnet.so"])
+    assert Path("build/libnet.so").read_bytes() == b"\x7fELF"
+
+
+def test_a_tool_runs_record_must_name_the_outputs_restored_with_it(tmp_path):
+    """An external tool's step (QAIRT context) restored: its record must have a run's shape and the sha256 of every
+    output beside it, so an entry cannot pair a record with another binary."""
+    from toolchain.engine import external
+    binary, other, record = tmp_path / "net.bin", tmp_path / "other.bin", tmp_path / "net.context.json"
+    binary.write_bytes(b"the binary")
+    other.write_bytes(b"another binary")
+    run = {"argv": ["tool"], "env": {}, "seconds": 1.0, "outputs": {"b/net.bin": sha256(binary)}}
+    record.write_text(json.dumps(run))
+    staged = {"b/net.bin": str(binary), "b/net.context.json": str(record)}
+    assert external.restored(staged, "b/net.context.json", ["b/net.bin"]) == []
+    (problem,) = external.restored({**staged, "b/net.bin": str(other)}, "b/net.context.json", ["b/net.bin"])
+    assert f"b/net.bin has sha256 {sha256(other)}, its record says {sha256(binary)}" == problem
+    record.write_text(json.dumps({"outputs": {"b/net.bin": sha256(binary)}}))
+    assert external.restored(staged, "b/net.context.json", ["b/net.bin"]) == [
+        "b/net.context.json is not a tool run's record (argv, env, outputs)"]
