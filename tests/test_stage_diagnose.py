@@ -58,3 +58,72 @@ def test_an_lstm_passes_verify_only_with_the_option_its_spec_declares(project):
     assert "compile:lstm/embedder@SM8750" in executed and "export:lstm/embedder" not in executed
     errors = json.loads((project.root / "build/lstm/ort-qnn/SM8750/verify.json").read_text())["tensors"]["embedder"]
     assert errors["max_rel"] < 0.02 and errors["cosine"] > 0.999
+
+
+def two_branches(path):
+    """y = 2 * Pow(x, 2) + b8(...b1(x)): the Pow early on one branch, eight ops of the other branch after it in
+    graph order, the branches joined last."""
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    nodes = [h.make_node("Pow", ["x", "two"], ["a1"], name="/a/Pow")]
+    previous = "x"
+    for i in range(1, 9):
+        nodes.append(h.make_node("Abs" if i % 2 else "Neg", [previous], [f"b{i}"], name=f"/b/op{i}"))
+        previous = f"b{i}"
+    nodes += [h.make_node("Mul", ["a1", "two"], ["a2"], name="/a/Mul"),
+              h.make_node("Add", ["a2", previous], ["y"], name="/join/Add")]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 8])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [1, 8])],
+                         initializer=[h.make_tensor("two", T.FLOAT, [], [2.0])])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    onnx.save(onnx.shape_inference.infer_shapes(model), path)   # typed intermediates, as onnxsim leaves them
+
+
+def faulty_compiler(op: str, folder):
+    """A compiler that gets one op wrong (its output + 1), and every other op right (the CPU): as the HTP computes
+    Pow(-0.0, 2) in fp16 (issue 31). Each piece is run with the fault put in."""
+    import onnx
+    from onnx import helper as h
+
+    from toolchain.shared import modeldata
+
+    def compile_piece(path):
+        piece = onnx.load(path)
+        for node in list(piece.graph.node):
+            if node.name == op:
+                wrong = node.output[0]
+                node.output[0] = wrong + "_right"
+                piece.graph.node.append(h.make_node("Add", [wrong + "_right", "one"], [wrong]))
+                piece.graph.initializer.append(h.make_tensor("one", 1, [], [1.0]))
+        faulty = str(folder / f"faulty-{len(list(folder.iterdir()))}.onnx")
+        onnx.save(piece, faulty)
+        return modeldata.cpu(faulty)
+    return compile_piece
+
+
+def test_diagnose_follows_the_data_to_the_bad_op_on_another_branch(tmp_path):
+    """The fault sits on the first op of one branch; the other branch's eight ops come after it in graph order. The
+    bisection of old assumed one chain, stepped over the Pow and blamed the Mul after it; following the data names
+    the Pow, and the Pow run alone on the CPU's values of its inputs confirms it."""
+    import numpy as np
+    import onnx
+
+    from toolchain.stages import diagnose
+    two_branches(tmp_path / "g.onnx")
+    model = onnx.load(tmp_path / "g.onnx")
+    (tmp_path / "pieces").mkdir()
+    feeds = {"x": np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 8)}
+    limits = {"max_rel": 0.02, "min_cosine": 0.999}
+    found = diagnose.bisect(model, feeds, faulty_compiler("/a/Pow", tmp_path / "pieces"), limits,
+                            str(tmp_path / "scratch"))
+    assert found["first_divergent"]["op"] == "/a/Pow", found["verdict"]
+    assert found["last_within"] is None   # nothing before it on its branch: the input
+    assert found["alone"]["max_rel"] > 0.02   # confirmed alone: the op's own fault
+    assert "alone, fed the CPU's inputs, it is wrong too" in diagnose._line(found)
+    right = diagnose.bisect(model, feeds, faulty_compiler("/nothing", tmp_path / "pieces"), limits,
+                            str(tmp_path / "scratch2"))
+    assert right["first_divergent"] is None and right["compiles"] == 1
+    on_b = diagnose.bisect(model, feeds, faulty_compiler("/b/op5", tmp_path / "pieces"), limits,
+                           str(tmp_path / "scratch3"))
+    assert on_b["first_divergent"]["op"] == "/b/op5" and on_b["last_within"]["op"] == "/b/op4"

@@ -3,11 +3,12 @@
 `doit diagnose:<model>@<CHIP>` (on demand; a failed verify names the command). For every graph, on the
 same real input verify uses, the graph is cut after one op at a time (onnx's Extractor: graph inputs ->
 that op's output), the piece compiled and run by the model's compiler on the simulator exactly as the
-whole graph is, and compared with the same piece on the CPU. The cut point is found by bisection over
-the ops in graph order (a divergence, once there, carries to the outputs), so a graph of N ops costs
-about log2(N) + 1 compiles. Reported per graph: op name and type, the tensor where it starts, its error,
-and the last op still within the threshold; in the task's output and build/<model>/<toolchain>/<chip>/
-diagnose.json."""
+whole graph is, and compared with the same piece on the CPU. The search follows the data: a bisection over
+the ops the bad tensor is computed from, then the op found is held to its own feeders (a bad feeder on another
+branch moves the search there), so a graph of N ops costs about log2(N) + a few compiles; the op named is
+then run alone on the CPU's values of its inputs, which confirms the fault is its own. Reported per graph: op
+name and type, the tensor where it starts, its error, the op before it still within the threshold and the lone
+op's error; in the task's output and build/<model>/<toolchain>/<chip>/diagnose.json."""
 from __future__ import annotations
 
 import math
@@ -109,8 +110,11 @@ def locate(module_file: str, graphs: dict, data_dir, clips: list, io: dict, piec
 
 
 def bisect(model, feeds: dict, compile_piece, limits: dict, scratch: str, output: str | None = None) -> dict:
-    """The first op (in graph order) whose output is beyond `limits` on the compiled piece, by bisection;
-    with `output`, among the ops that output depends on only (the failing output, not another)."""
+    """The first op whose output is beyond `limits` on the compiled piece, following the data: a bisection over
+    the ops the bad tensor is computed from (graph order is no chain: another branch's ops sit between), then the
+    bad op's own feeders asked; a bad feeder moves the search up its ancestors, until an op whose feeders are all
+    within. That op is then run alone on the CPU's values of its inputs (confirmed, or said to need neighbours).
+    With `output`, among the ops that output depends on only (the failing output, not another)."""
     import onnx
     started = time.monotonic()
     points = cut_points(model, output)
@@ -132,24 +136,79 @@ def bisect(model, feeds: dict, compile_piece, limits: dict, scratch: str, output
     if whole is False:
         found.update(first_divergent=None, verdict="every output is within the limits on this input")
     else:
-        lo, hi = -1, last   # lo: last known good (-1: the inputs), hi: first known bad
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            verdict, probe = bad(mid), mid
-            while verdict is None and probe + 1 < hi:   # a piece that does not compile: try the next op
-                probe += 1
-                verdict = bad(probe)
-            if verdict is None:
-                break
-            lo, hi = (probe, hi) if not verdict else (lo, probe)
+        lo, hi = _follow(model, points, bad, last)
         found["first_divergent"] = {**points[hi], **checked[hi]}
         found["last_within"] = {**points[lo], **checked[lo]} if lo >= 0 else None
         found["verdict"] = (f"op {points[hi]['op']} ({points[hi]['op_type']}) is the first whose output "
                             f"{points[hi]['tensor']} departs from the CPU")
-    found["compiles"] = len(checked)
+        found["alone"] = alone(model, points[hi], feeds, compile_piece, f"{scratch}/alone", onnx)
+    found["compiles"] = len(checked) + (1 if "alone" in found else 0)
     found["checked"] = [{**points[i], **checked[i]} for i in sorted(checked)]
     found["seconds"] = round(time.monotonic() - started, 1)
     return found
+
+
+def _follow(model, points: list[dict], bad, hi: int) -> tuple[int, int]:
+    """(last within, first bad) point indices: bisect the bad point's ancestors; while the op found has a bad
+    feeder, start again from that feeder (each round searches a strictly smaller set of ancestors)."""
+    at = {p["index"]: i for i, p in enumerate(points)}
+    while True:
+        above = _ancestors(model, points[hi]["tensor"])
+        lo, hi = _transition([i for i in range(hi) if points[i]["index"] in above] + [hi], bad)
+        node = model.graph.node[points[hi]["index"]]
+        feeders = sorted({at[j] for j in _producers(model, node) if j in at})
+        worse = next((f for f in feeders if bad(f)), None)
+        if worse is None:
+            return lo, hi
+        hi = worse
+
+
+def _transition(order: list[int], bad) -> tuple[int, int]:
+    """Bisect `order` (point indices, the last one known bad) for a good point followed by a bad one."""
+    lo, hi = -1, len(order) - 1   # positions: lo last known good (-1: the inputs), hi first known bad
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        verdict, probe = bad(order[mid]), mid
+        while verdict is None and probe + 1 < hi:   # a piece that does not compile: try the next op
+            probe += 1
+            verdict = bad(order[probe])
+        if verdict is None:
+            break
+        lo, hi = (probe, hi) if not verdict else (lo, probe)
+    return (order[lo] if lo >= 0 else -1), order[hi]
+
+
+def alone(model, point: dict, feeds: dict, compile_piece, folder: str, onnx) -> dict:
+    """The op of `point` as a graph of its own, fed the CPU's values of its inputs: its error on the compiler
+    against the CPU (the fault is the op's own), or {"error"} when the lone op does not compile."""
+    os.makedirs(folder, exist_ok=True)
+    node = model.graph.node[point["index"]]
+    constants = {t.name: t for t in model.graph.initializer}
+    wanted = [i for i in dict.fromkeys(node.input) if i and i not in constants]
+    infos = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
+    infos.update({v.name: v for v in [*model.graph.input, *model.graph.output]})
+    untyped = [i for i in [*wanted, point["tensor"]] if i not in infos]
+    if untyped:
+        return {"error": f"no type inferred for {', '.join(untyped)}"}
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    known = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(infos[i] for i in wanted if i not in known and i not in feeds)
+    onnx.save(probe, f"{folder}/inputs.onnx")
+    inputs = {i.name: feeds[i.name] for i in model.graph.input if i.name in feeds}
+    values = {**modeldata.cpu(f"{folder}/inputs.onnx")(inputs), **inputs}
+    graph = onnx.helper.make_graph([node], "alone", [infos[i] for i in wanted], [infos[point["tensor"]]],
+                                   initializer=[constants[i] for i in node.input if i in constants])
+    piece = f"{folder}/alone.onnx"
+    onnx.save(onnx.helper.make_model(graph, opset_imports=model.opset_import, ir_version=model.ir_version), piece)
+    fed = {i: values[i] for i in wanted}
+    want = modeldata.cpu(piece)(fed)[point["tensor"]]
+    try:
+        got = compile_piece(piece)(fed)[point["tensor"]]
+    except Exception as err:   # a lone op the compiler refuses: said, never the finding's failure
+        return {"error": f"{type(err).__name__}: {str(err)[:300]}"}
+    errors = measures.element_errors(want, got)
+    return {k: (round(v, 6) if math.isfinite(v) else v) for k, v in errors.items()}
 
 
 def cut_points(model, output: str | None = None) -> list[dict]:
@@ -204,6 +263,12 @@ def _ancestors(model, tensor: str) -> set[int]:
     return seen
 
 
+def _producers(model, node) -> set[int]:
+    """Indices of the nodes whose outputs `node` reads."""
+    producer = {o: i for i, n in enumerate(model.graph.node) for o in n.output}
+    return {producer[i] for i in node.input if i in producer}
+
+
 def _inputs_of(model, tensor: str) -> list[str]:
     """The graph inputs `tensor` depends on."""
     producer = {o: n for n in model.graph.node for o in n.output}
@@ -230,7 +295,21 @@ def _line(found: dict) -> str:
     within = found.get("last_within")
     before = f"; the op before it, {within['op']} ({within['op_type']}), is within" if within else \
         "; it is the first op on the input"
-    return f"{found['verdict']}{tail} (limit {found['limits']['max_rel']}){before} [{found['compiles']} compiles]"
+    return (f"{found['verdict']}{tail} (limit {found['limits']['max_rel']}){before}{_alone(found)} "
+            f"[{found['compiles']} compiles]")
+
+
+def _alone(found: dict) -> str:
+    """What the op did on its own, fed the CPU's values of its inputs."""
+    lone = found.get("alone")
+    if not lone:
+        return ""
+    if "error" in lone:
+        return f"; alone it does not compile ({lone['error'][:120]})"
+    wrong = float(lone["max_rel"]) > found["limits"]["max_rel"] or \
+        float(lone["cosine"]) < (found["limits"].get("min_cosine") or -1)
+    return (f"; alone, fed the CPU's inputs, it is wrong too (max error {float(lone['max_rel']):.3g}): the op's own "
+            "fault" if wrong else "; alone, fed the CPU's inputs, it is within: the fault needs its neighbours")
 
 
 def summary(out: str) -> None:
