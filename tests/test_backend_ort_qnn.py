@@ -235,7 +235,11 @@ def test_an_op_that_would_fall_back_to_the_cpu_fails_convert_naming_it(project):
     rc, executed, text = project.run("compile:bad/net@SM8750")
     assert rc == 1, text
     assert "inspect:bad/net" in executed
-    assert "build/bad/net/net.onnx: 1 node(s) would run on the CPU, not the HTP: det (Det)" in text
+    assert ("build/bad/net/net.onnx: 1 node(s) would run on the CPU, not the HTP: det (Det: Operators of type `Det` "
+            "are not supported by QNN EP.") in text   # the EP's own reason, from its verbose log
+    record = json.loads((project.root / "build/bad/ort-qnn/net/net.convert.json").read_text())
+    assert record["status"] == "failed" and [n["node"] for n in record["cpu_nodes"]] == ["det"]
+    assert "not supported by QNN EP" in record["cpu_nodes"][0]["reason"]
     assert "convert:bad/net" in executed and "modellib:bad/net" not in executed   # the lowering found it
     assert not (project.root / "build/bad/ort-qnn/SM8750/net_qnn.bin").exists()
     assert not (project.root / "build/bad/ort-qnn/net/net.c").exists()
@@ -344,3 +348,30 @@ def test_external_data_is_answered_without_a_parse_and_still_right(tmp_path, mon
     monkeypatch.setattr(onnx, "load", lambda *a, **k: parsed.append(a[0]) or real_load(*a, **k))
     assert ep._has_external_data(str(tmp_path / "inline.onnx")) is False and parsed == []   # no parse
     assert ep._has_external_data(str(tmp_path / "external.onnx")) is True
+
+
+def test_the_eps_reason_for_each_node_it_leaves_on_the_cpu(tmp_path):
+    """The EP states why only in its verbose log: an LSTM whose `activations` restate the defaults is refused for
+    'non-default activations' (issue 31); a block naming two nodes gives both its reason; a node the log does not
+    name gets none (the message then says the EP gave none)."""
+    import numpy as np
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    from toolchain.backends.ort_qnn import ep
+    hidden, size = 8, 4
+    weights = [h.make_tensor(n, T.FLOAT, [1, 4 * hidden, k], np.ones(4 * hidden * k, np.float32) / k)
+               for n, k in (("W", size), ("R", hidden))]
+    lstm = h.make_node("LSTM", ["x", "W", "R"], ["y"], name="/rnn/LSTM", hidden_size=hidden,
+                       activations=["Sigmoid", "Tanh", "Tanh"])
+    graph = h.make_graph([lstm], "g", [h.make_tensor_value_info("x", T.FLOAT, [5, 1, size])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [5, 1, 1, hidden])], initializer=weights)
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), tmp_path / "lstm.onnx")
+    assert ep.cpu_nodes(str(tmp_path / "lstm.onnx"), {"htp_arch": "79", "soc_model": "69"}) == [
+        ("/rnn/LSTM", "LSTM", "QNN EP doesn't support non-default activations for LSTM.")]
+    log = ("x [V:onnxruntime:, qnn_execution_provider.cc:1713 LogNodeSupport] Validation FAILED for 2 nodes in "
+           "OrtNodeUnit (Gather) :\n\tOperator type: Gather Node name: /g1 Node index: 3\n"
+           "\tOperator type: Reshape Node name: /r1 Node index: 4\n\tREASON : Failed to add node.\n"
+           "y [V:onnxruntime:, x] Validation FAILED for 1 nodes in OrtNodeUnit (Det) :\n"
+           "\tOperator type: Det Node name: det Node index: 0\n")
+    assert ep.placement_reasons(log) == {"/g1": "Failed to add node.", "/r1": "Failed to add node.", "det": ""}

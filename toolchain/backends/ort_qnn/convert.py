@@ -90,7 +90,12 @@ def record(src: str, source_c: str, weights: str, record: str, options: dict):
     here = os.getcwd()
     try:
         os.chdir(scratch)
-        ep.lower(src, options)   # raises StageFailed naming the nodes the HTP cannot take
+        try:
+            ep.lower(src, options)   # raises StageFailed naming the nodes the HTP cannot take
+        except ep.OffTheHtp as err:   # the record says which and why (the EP's reason), for tools and people
+            write_json(record, {"status": "failed", "cpu_nodes": [{"node": name, "op_type": op, "reason": why}
+                                                                  for name, op, why in err.nodes]})
+            raise
         os.chdir(here)
         made = Path(scratch, SAVER_DIR)
         if not (made / "saver_output.c").is_file() or not (made / "params.bin").is_file():

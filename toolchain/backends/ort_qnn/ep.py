@@ -1,10 +1,14 @@
 """The embedded toolchain: onnxruntime-qnn's HTP backend (QAIRT) as offline compiler and x86 simulator."""
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import mmap
+import os
 import re
+import sys
+import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
@@ -165,13 +169,22 @@ def _checked_session(src: str, options: dict, config: dict, what: str) -> None:
     except Exception as err:
         cpu = cpu_nodes(src, {k: v for k, v in options.items() if k != "qnn_saver_path"})
         if cpu:
-            listed = ", ".join(f"{name or '<unnamed>'} ({op})" for name, op in cpu)
+            listed = "; ".join(f"{name or '<unnamed>'} ({op}: {reason or 'the EP gives no reason'})"
+                               for name, op, reason in cpu)
             hint = ("; a GELU exported at opset 18 is Erf, which the QNN EPs of QAIRT 2.47-2.49 leave on the CPU: "
                     "export at opset 20 (one Gelu node, every family takes it)"
-                    if any(op == "Erf" for _, op in cpu) else "")
-            raise StageFailed(f"{src}: {len(cpu)} node(s) would run on the CPU, not the HTP: {listed}; "
-                              f"fix them in the export (replace or rewrite these ops){hint}") from None
+                    if any(op == "Erf" for _, op, _ in cpu) else "")
+            raise OffTheHtp(f"{src}: {len(cpu)} node(s) would run on the CPU, not the HTP: {listed}; "
+                            f"fix them in the export (replace or rewrite these ops){hint}", cpu) from None
         raise StageFailed(f"{src}: {what} failed: {str(err).strip().splitlines()[-1]}") from None
+
+
+class OffTheHtp(StageFailed):
+    """Nodes the HTP cannot take: `nodes` is [(name, op_type, the EP's reason or "")]."""
+
+    def __init__(self, message: str, nodes: list):
+        super().__init__(message)
+        self.nodes = nodes
 
 
 def _has_external_data(src: str) -> bool:
@@ -185,15 +198,50 @@ def _has_external_data(src: str) -> bool:
                for t in onnx.load(src, load_external_data=False).graph.initializer)
 
 
-def cpu_nodes(src: str, options: dict) -> list[tuple[str, str]]:
-    """(name, op_type) of the nodes the EP leaves on the CPU, from its graph assignment info."""
-    try:
-        s = _session(Path(src).read_bytes(), options,
-                     {"session.disable_cpu_ep_fallback": "0", "session.record_ep_graph_assignment_info": "1"})
-    except Exception:
-        return []
-    return [(n.name, n.op_type) for sg in s.get_provider_graph_assignment_info()
+def cpu_nodes(src: str, options: dict) -> list[tuple[str, str, str]]:
+    """(name, op_type, reason) of the nodes the EP leaves on the CPU, from its graph assignment info; the reason
+    is the EP's own, which it states only in its verbose log (read here from a session at that level)."""
+    with tempfile.TemporaryFile() as log:
+        try:
+            with _stderr_to(log):
+                s = _session(Path(src).read_bytes(), options, {"session.disable_cpu_ep_fallback": "0",
+                                                               "session.record_ep_graph_assignment_info": "1"},
+                             severity=0)
+        except Exception:
+            return []
+        log.seek(0)
+        reasons = placement_reasons(log.read().decode(errors="replace"))
+    return [(n.name, n.op_type, reasons.get(n.name, "")) for sg in s.get_provider_graph_assignment_info()
             if sg.ep_name != "QNNExecutionProvider" for n in sg.get_nodes()]
+
+
+_UNIT = re.compile(r"Validation FAILED for \d+ nodes in OrtNodeUnit")
+_NODE = re.compile(r"Operator type: \S+ Node name: (.*?) Node index: \d+")
+_REASON = re.compile(r"REASON : (.*)")
+
+
+def placement_reasons(log: str) -> dict[str, str]:
+    """{node name: the EP's reason} from its verbose log's LogNodeSupport blocks ("Validation FAILED for N nodes
+    in OrtNodeUnit (…)", a line per node, then "REASON : …"); the first reason said for a node is kept."""
+    found: dict[str, str] = {}
+    for block in _UNIT.split(log)[1:]:
+        reason = _REASON.search(block)
+        for name in _NODE.findall(block.split("REASON :")[0]):
+            found.setdefault(name, reason.group(1).strip() if reason else "")
+    return found
+
+
+@contextlib.contextmanager
+def _stderr_to(file):
+    """fd 2 (where onnxruntime's C++ logger writes) sent to `file` for the block."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(file.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def context_ops(ctx_model: str) -> list[tuple[str, str]]:
