@@ -285,3 +285,19 @@ def test_a_variant_with_a_bad_override_names_the_variant(variants):
     variants.edit("models/seq.toml", "graphs.net.inputs.x.shape = [1, 4, 48]", "graphs.net.inputs.x.shape = [2, 4, 48]")
     with pytest.raises(SpecError, match=r"seq.toml \[variants.len48\]: graphs.net.inputs.x.shape: batch"):
         spec.load_file(variants.root / "models/seq.toml", chips.load())
+
+
+def test_a_failure_message_says_when_a_bound_is_the_default(tiny_spec):
+    """A bound the spec does not write is named as the default (with its value in the docs), not as the spec's key."""
+    from toolchain.shared import measures
+    written = load(tiny_spec)
+    assert written.verify_written == ("max_rel",)
+    graph = written.graphs[0]
+    assert measures.check_source(graph, "y", "tiny.toml", {"max_rel": 0.02}, written.verify_written) == \
+        "tiny.toml: verify.max_rel"
+    tiny_spec.write_text(tiny_spec.read_text().replace("max_rel = 0.02\n", "min_cosine = 0.9\n"))
+    defaulted = load(tiny_spec)
+    assert defaulted.verify["max_rel"] == spec.VERIFY_BOUNDS["max_rel"] == 0.02
+    assert measures.check_source(graph, "y", "tiny.toml", {"max_rel": 0.02, "min_cosine": 0.9},
+                                 defaulted.verify_written) == (
+        "tiny.toml: the default verify.max_rel (not in the spec; docs/add-a-model.md) and verify.min_cosine")

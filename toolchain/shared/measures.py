@@ -90,12 +90,16 @@ def output_checks(graph, verify: dict) -> dict:
     return {o.name: dict(graph.checks[o.name]) if o.name in graph.checks else default for o in graph.outputs}
 
 
-def check_source(graph, output: str, spec: str, check: dict | None = None) -> str:
-    """Where an output's check was declared, for a failure message."""
+def check_source(graph, output: str, spec: str, check: dict | None = None, written: tuple = ()) -> str:
+    """Where an output's check was declared, for a failure message: the spec's key, or the default's name when the
+    spec does not write it (`written`: the [verify] keys it writes)."""
     if output in graph.checks:
         return f"{spec}: graphs.{graph.name}.checks.{output}"
-    cosine = " and verify.min_cosine" if check and "min_cosine" in check else ""
-    return f"{spec}: verify.{'max_rel' if graph.precision == 'fp16' else 'max_rel_w8a16'}{cosine}"
+    keys = ["max_rel" if graph.precision == "fp16" else "max_rel_w8a16"]
+    keys += ["min_cosine"] if check and "min_cosine" in check else []
+    said = [f"verify.{k}" if k in written else f"the default verify.{k} (not in the spec; docs/add-a-model.md)"
+            for k in keys]
+    return f"{spec}: {' and '.join(said)}"
 
 
 def element_errors(want, got) -> dict:

@@ -94,7 +94,9 @@ def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
     export_settings = _export(top.sub("export", required=False))
     compile_settings = _compile(top.sub("compile", required=False))
     parity_settings = _parity(top.sub("parity", required=False))
-    verify_settings = _verify(top.sub("verify", required=False), chip_names, data_dir)
+    verify_table = top.sub("verify", required=False)
+    verify_written = tuple(k for k in VERIFY_BOUNDS if k in verify_table.data)   # a message says which are defaults
+    verify_settings = _verify(verify_table, chip_names, data_dir)
     metric = _metric(top.sub("metric", required=False))
     graphs = _graphs(top, checkpoint, parity_settings, chip_names, chips, here)
 
@@ -109,7 +111,8 @@ def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
                  bundle_name=bundle_name, uses=uses, requires=requires, license=Settings(license_),
                  toolchain=toolchain, chips=chip_names, checkpoint=checkpoint, data_dir=data_dir,
                  export=Settings(export_settings), compile=Settings(compile_settings),
-                 parity=Settings(parity_settings), verify=Settings(verify_settings), metric=metric, graphs=graphs)
+                 parity=Settings(parity_settings), verify=Settings(verify_settings), metric=metric, graphs=graphs,
+                 verify_written=verify_written)
 
 
 def _code(top: Table, here: Path) -> tuple:
@@ -179,13 +182,15 @@ def _parity(parity: Table) -> dict:
     return settings
 
 
+# The [verify] bounds and their defaults (docs/add-a-model.md): the largest error of an output, relative to its range,
+# for fp16 and for w8a16 graphs, and the least cosine similarity (0: not checked; e.g. 0.99 for an embedding, where
+# direction is what counts).
+VERIFY_BOUNDS = {"max_rel": 0.02, "max_rel_w8a16": 0.1, "min_cosine": 0.0}
+
+
 def _verify(verify: Table, chip_names: tuple, data_dir: str | None) -> dict:
     settings = {"clips": tuple(verify.opt("clips", list, [])),
-                "max_rel": verify.number("max_rel", 0.02),
-                "max_rel_w8a16": verify.number("max_rel_w8a16", 0.1),
-                # per-element measure beside the worst element: each output's cosine similarity
-                # (0 = not checked; e.g. 0.99 for an embedding, where direction is what counts)
-                "min_cosine": verify.number("min_cosine", 0.0),
+                **{key: verify.number(key, default) for key, default in VERIFY_BOUNDS.items()},
                 "full_chips": tuple(verify.opt("full_chips", list, []))}
     if settings["min_cosine"] > 1:
         verify.fail("min_cosine", f"a cosine similarity is at most 1, got {settings['min_cosine']}")

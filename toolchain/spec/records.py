@@ -81,6 +81,7 @@ class Model:
     uses: tuple[str, ...] = ()   # other model-code files the module imports (dependencies of its tasks)
     requires: Settings = Settings(())   # the model code's own packages: {requirement as written: installed version}
     qairt: tuple[str, ...] = ()   # the QAIRT families it builds, resolved by project.py; () = the build's own only
+    verify_written: tuple[str, ...] = ()   # the [verify] bounds the spec writes (the others are defaults)
     backend: object = None  # the compiler (backends/base.py Backend), set by project.py
 
     @property

@@ -46,7 +46,7 @@ def tasks(project, tier: str):
                   "checks": checks, "out": out, "io": {g.name: io_record(g) for g in model.graphs},
                   "spec": model.spec_file,
                   "outputs": {g.name: measures.output_checks(g, settings) for g in model.graphs},
-                  "sources": {g.name: {o: measures.check_source(g, o, model.spec_file, c)
+                  "sources": {g.name: {o: measures.check_source(g, o, model.spec_file, c, model.verify_written)
                                        for o, c in measures.output_checks(g, settings).items()}
                               for g in model.graphs},
                   "streams": {g.name: {"geometry": dict(g.stream), "state": dict(g.state)}
