@@ -22,12 +22,12 @@ STAGES = ("checkpoint", "export", "simplify", "inspect", "parity", "calibrate", 
           "bundle", "sherpa", "sherpa_full", "report", "chip_index", "device", "step0")
 LISTS_STAGES = 8   # a file naming this many stages is a list of them
 # Wing -> the wings it may import (lower layers only). The top-level modules (pipeline, project) join them.
-MAY_IMPORT = {"spec": set(), "engine": set(), "qnn": {"engine"},
+MAY_IMPORT = {"spec": set(), "engine": set(), "qnn": {"engine"}, "rewrites": set(),
               "shared": {"spec", "engine"},
-              "stages": {"spec", "engine", "qnn", "shared"},
-              "backends": {"spec", "engine", "qnn", "shared", "stages"},
-              "deploy": {"spec", "engine", "qnn", "shared", "stages"},
-              "phone": {"spec", "engine", "qnn", "shared", "stages", "backends", "deploy"}}
+              "stages": {"spec", "engine", "qnn", "shared", "rewrites"},
+              "backends": {"spec", "engine", "qnn", "shared", "stages", "rewrites"},
+              "deploy": {"spec", "engine", "qnn", "shared", "stages", "rewrites"},
+              "phone": {"spec", "engine", "qnn", "shared", "stages", "backends", "deploy", "rewrites"}}
 ENGINE_MAY_USE = {"toolchain.errors"}   # outside engine/: the exception types only
 # What a model or QNN is made of: packages the engine must not import, words its strings must not say
 # (docstrings and comments may explain; $QNN_* variables are the project's name, not QNN's).

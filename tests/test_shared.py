@@ -20,3 +20,20 @@ def test_the_projects_wav_reader_for_model_code(tmp_path):
     assert got.dtype == np.float32 and np.allclose(got, samples / 32768.0)
     with pytest.raises(ValueError, match="a.wav: 16000 Hz; expected 8000 Hz"):
         toolchain.audio.read_wav(tmp_path / "a.wav", rate=8000)
+
+
+def test_graph_feeds_that_leave_a_graph_out_is_an_error():
+    """A graph graph_feeds() returns nothing for would get no per-call check at all: one line, naming the graph."""
+    import types
+
+    import numpy as np
+
+    from toolchain.errors import StageFailed
+    from toolchain.shared import modeldata
+    module = types.SimpleNamespace(__file__="models/two.py",
+                                   graph_feeds=lambda run, sample: {"encoder": [{"x": np.zeros(2, np.float32)}]})
+    io = {"encoder": {"inputs": [["x", [2], "float32"]]}, "decoder": {"inputs": [["h", [2], "float32"]]}}
+    with pytest.raises(StageFailed, match=r"^models/two.py: graph_feeds\(\) returned no feeds for graph\(s\) decoder"):
+        modeldata.feeds(module, None, None, io)
+    module.graph_feeds = lambda run, sample: {"encoder": [{"x": np.zeros(2, np.float32)}], "decoder": [{}]}
+    assert set(modeldata.feeds(module, None, None, io)) == {"encoder", "decoder"}

@@ -5,6 +5,7 @@ by the real pipeline: export by command -> simplify -> inspect -> parity -> comp
 chunks, states fed back, CPU ONNX vs HTP simulator, every output compared) -> manifest."""
 import json
 import shutil
+import types
 
 import numpy as np
 import pytest
@@ -231,3 +232,114 @@ def test_a_change_to_the_export_script_reruns_export_and_what_follows(streaming_
 
 def _states():
     return load_module(str(FIXTURE / "streaming.py")).state_specs()
+
+
+# ---- a stream through two graphs: analysis -> host step (inverse FFT) -> postfilter (tests/fixtures/twostage) ----
+
+TWO = FIXTURES / "twostage"
+
+
+@pytest.fixture(scope="module")
+def twostage_built(tmp_path_factory):
+    import subprocess
+    import sys
+
+    from conftest import sha256
+    p = Project(tmp_path_factory.mktemp("twostage") / "proj")
+    shutil.copytree(TWO, p.root / "models", dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+    models = p.root / "models"
+    subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(models)!r}); import twostage; "
+                    f"twostage.make_checkpoint({str(models / 'twostage.pt')!r})"], check=True)
+    spec_file = models / "twostage.toml"
+    spec_file.write_text(spec_file.read_text().replace("@SHA256@", sha256(models / "twostage.pt")))
+    rc, executed, text = p.run()
+    assert rc == 0, text
+    return p
+
+
+def test_the_second_graphs_stream_is_made_from_the_same_backends_first_graph():
+    """compare_runs feeds the host step each backend's OWN run of the first graph: a candidate whose first graph is
+    off by 1 makes the second graph's stream off too (the step sees the candidate's outputs, not the reference's)."""
+    module = types.SimpleNamespace(
+        stream=lambda sample: np.arange(8, dtype=np.float32)[None],
+        twice=lambda calls, sample: np.concatenate([np.asarray(o["y"]) for _, o in calls], axis=1) * 2)
+    io = {"first": {"inputs": [["x", [1, 2], "float32"], ["s", [1, 1], "float32"]],
+                    "outputs": [["y", [1, 2], "float32"], ["new_s", [1, 1], "float32"]]},
+          "second": {"inputs": [["z", [1, 2], "float32"], ["t", [1, 1], "float32"]],
+                     "outputs": [["w", [1, 2], "float32"], ["new_t", [1, 1], "float32"]]}}
+    geometry = {"axis": 1, "chunk": 2, "hop": 2, "context": 0}
+    streams = {"first": {"geometry": {**geometry, "input": "x"}, "state": {"new_s": "s"}},
+               "second": {"geometry": {**geometry, "input": "z", "from": "first", "step": "twice"},
+                          "state": {"new_t": "t"}}}
+
+    def backend(offset):
+        def run(graph, feeds):
+            if graph == "first":   # y = x + state (+ offset on the candidate); the state counts calls
+                return {"y": feeds["x"] + feeds["s"] + offset, "new_s": feeds["s"] + 1}
+            return {"w": feeds["z"] + feeds["t"], "new_t": feeds["t"] + 1}
+        return run
+    checks = {g: {o[0]: {"max_abs": 0.5} for o in io[g]["outputs"]} for g in io}
+    sources = {g: {o[0]: "spec" for o in io[g]["outputs"]} for g in io}
+    record, failures, _, calls = stream.compare_runs(module, [("clip",)], streams, io, backend(0.0), backend(1.0),
+                                                     checks, sources, "models/m.py")
+    second = calls["candidate"]["clip"]["second"]
+    assert [c[0]["z"].tolist() for c in second] == [[[2.0, 4.0]], [[8.0, 10.0]], [[14.0, 16.0]], [[20.0, 22.0]]]
+    assert [c[0]["z"].tolist() for c in calls["reference"]["clip"]["second"]][0] == [[0.0, 2.0]]
+    assert record["second"]["clip"]["outputs"]["w"]["max_abs"] == 2.0 and record["second"]["clip"]["calls"] == 4
+    assert any(f.startswith("second/w: free-running stream of clip clip") for f in failures)
+    assert not any(f.startswith("first/new_s") or f.startswith("second/new_t") for f in failures)
+
+
+@pytest.mark.parametrize("stream_line, message", [
+    ('stream = { from = "nope", step = "resynthesize", input = "y", axis = 1, chunk = 64, hop = 64, context = 0 }',
+     "graphs.postfilter.stream.from: 'nope' is not a graph declared before this one with a stream of its own "
+     "(streaming graphs: analysis, postfilter)"),
+    ('stream = { from = "analysis", input = "y", axis = 1, chunk = 64, hop = 64, context = 0 }',
+     "graphs.postfilter.stream.step: missing required field"),
+    ('stream = { from = "analysis", step = "re-synth", input = "y", axis = 1, chunk = 64, hop = 64, context = 0 }',
+     "graphs.postfilter.stream.step: 're-synth': the name of a function in the model's module")])
+def test_a_stream_from_another_graph_is_checked_at_load(tmp_path, stream_line, message):
+    text = (TWO / "twostage.toml").read_text().replace("@SHA256@", "0" * 64)
+    text = "\n".join(stream_line if line.startswith("stream = { from") else line for line in text.splitlines())
+    shutil.copytree(TWO, tmp_path / "models")
+    (tmp_path / "models" / "twostage.pt").write_bytes(b"")
+    (tmp_path / "models" / "twostage.toml").write_text(text)
+    with pytest.raises(spec.SpecError) as raised:
+        spec.load(tmp_path / "models" / "twostage.toml", chips.load())
+    assert str(raised.value).endswith(message) and "twostage.toml: " in str(raised.value)
+
+
+def test_two_stateful_graphs_with_a_host_step_between_them_build_with_both_states_in_every_record(twostage_built):
+    p = twostage_built
+    for chip in CHIPS:
+        m = json.loads((p.root / f"build/twostage/ort-qnn/{chip}/manifest.json").read_text())
+        contract = m["state_contract"]
+        assert set(contract) == {"analysis", "postfilter"}
+        assert contract["postfilter"]["state"] == {"new_c": "c"} and contract["postfilter"]["stream"]["from"] == \
+            "analysis" and "host step resynthesize() makes from graph analysis's outputs" in \
+            contract["postfilter"]["calls"]
+        verify = m["verify"]["default"]
+        assert verify["status"] == "passed" and set(verify["stream"]) == {"analysis", "postfilter"}
+        for graph, state in (("analysis", "new_h"), ("postfilter", "new_c")):
+            for clip, drift in verify["stream"][graph].items():   # per-chunk drift and a gate for every state
+                d = drift["outputs"][state]
+                assert d["passed"] is True and len(d["per_chunk_max_abs"]) == drift["calls"] >= 9, (graph, clip)
+        assert verify["stream"]["postfilter"]["tone-3"]["outputs"]["new_c"]["check"] == {"max_abs": 0.02}
+        assert verify["task"]["snr_db"]["tone-3"] > 30
+    parity = json.loads((p.root / "build/twostage/parity.json").read_text())   # PyTorch through the same chain
+    assert set(parity["stream"]) == {"analysis", "postfilter"} and parity["task"]["snr_db"]["tone-7"] > 60
+    report = (p.root / "build/report.md").read_text()
+    assert "| twostage | SM8750 | postfilter | 64 / 64 / 0, made by resynthesize() from analysis |" in report
+    assert "| twostage | SM8750 | analysis | 64 / 64 / 64 |" in report
+    rc, _, text = p.run("bundle:twostage@SM8750")
+    assert rc == 0, text
+    import tarfile
+    bundle = p.root / "build/twostage/ort-qnn/SM8750/bundle/onnxruntime-qnn-SM8750-twostage.tar.bz2"
+    with tarfile.open(bundle) as tar:
+        files = {m.name.rsplit("/", 1)[-1]: tar.extractfile(m).read().decode() for m in tar.getmembers()
+                 if m.name.endswith(("info.txt", "README.md"))}
+    assert "state_analysis=new_h->h" in files["info.txt"] and "state_postfilter=new_c->c" in files["info.txt"]
+    assert "stream_postfilter=axis=1,chunk=64,context=0,from=analysis,hop=64,input=y,step=resynthesize" in \
+        files["info.txt"]
+    assert "## `postfilter`: a stateful chunk step" in files["README.md"]
+    assert "the model code's host step resynthesize()" in files["README.md"]

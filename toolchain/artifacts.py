@@ -44,6 +44,24 @@ def simplified(model, graph) -> str:
     return f"{BUILD}/{model.name}/{graph.name}/{graph.name}.onnx"
 
 
+def unrewritten(model, graph) -> str:
+    """The simplified ONNX before the spec's rewrites (what the rewritten one is checked against)."""
+    return f"{BUILD}/{model.name}/{graph.name}/{graph.name}.unrewritten.onnx"
+
+
+def rewrites_applied(model, graph) -> str:
+    """Which rewrites changed the graph, and the nodes each replaced."""
+    return f"{BUILD}/{model.name}/{graph.name}/{graph.name}.rewrites.json"
+
+
+def rewrite_check(model) -> str:
+    return f"{BUILD}/{model.name}/rewrite.json"
+
+
+def rewrite_check_log(model) -> str:
+    return f"{BUILD}/{model.name}/rewrite.log"
+
+
 def inspected(model, graph) -> str:
     return f"{BUILD}/{model.name}/{graph.name}/inspect.json"
 

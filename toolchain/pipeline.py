@@ -25,6 +25,7 @@ from toolchain.stages import (
     manifest,
     parity,
     report,
+    rewrite,
     simplify,
     verify,
 )
@@ -64,7 +65,9 @@ STAGES = (
     Stage("export", export.tasks, "Checkpoint -> static-shape ONNX, per graph.", "graph"),
     Stage("simplify", simplify.tasks, "ONNX -> onnxsim ONNX, per graph.", "graph"),
     Stage("inspect", inspect.tasks, "Hard I/O check of the simplified ONNX, per graph.", "graph"),
-    Stage("parity", parity.tasks, "ONNX on CPU vs PyTorch on real inputs, per model.", "model"),
+    Stage("parity", parity.tasks, "ONNX on CPU vs the model's reference on real inputs, per model.", "model"),
+    Stage("rewrite", rewrite.tasks, "Rewritten graphs vs unrewritten on the CPU, per model that declares rewrites.",
+          "model"),
     Stage("calibrate", calibrate.tasks, "Real calibration inputs (raw files + input list), per w8a16 graph.", "graph"),
     *COMPILERS,   # each compiler's own stages: graph -> context binary per chip, read back
     Stage("verify", functools.partial(verify.tasks, tier="default"),

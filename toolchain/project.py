@@ -11,6 +11,7 @@ from pathlib import Path
 from toolchain import backends, spec
 from toolchain.deploy import sherpa_run
 from toolchain.errors import SpecError
+from toolchain.rewrites import library as rewrites
 from toolchain.spec import AUTO
 from toolchain.spec import chips as chip_table
 
@@ -67,6 +68,11 @@ def load(models_dir: str | Path = "models", full: str = "", extra: bool = False,
     for name in wanted:
         if name not in chips:
             raise SpecError(f"command line: full={full}: unknown chip {name!r}; known: {', '.join(chips)}")
+    for model in models:   # the rule names a spec gives (the spec reads the value's shape only)
+        for graph in model.graphs:
+            problem = rewrites.problems(graph.rewrite) if graph.rewrite else ""
+            if problem:
+                raise SpecError(f"{model.spec_file}: graphs.{graph.name}.rewrite: {problem}")
     models = with_backends(models, chips, qairt)
     return Project(models=models, chips=chips, full_chips=wanted,
                    gated=frozenset(m.name for m in models if sherpa_run.wanted(m)))

@@ -36,7 +36,13 @@ def feeds(module, run, sample, io: dict, count: int = 3) -> dict:
     """Inputs per graph for tensor comparisons: the model code's graph_feeds(), or, for a module
     without one, `count` seeded random feeds of the declared shapes (int32 inputs in [0, 10))."""
     if hasattr(module, "graph_feeds"):
-        return with_io(module.graph_feeds, io)(run, sample)
+        found = with_io(module.graph_feeds, io)(run, sample)
+        missing = [g for g in io if not found.get(g)]
+        if missing:   # else that graph would get no per-call check at all, silently
+            raise StageFailed(f"{module.__file__}: graph_feeds() returned no feeds for graph(s) {', '.join(missing)}: "
+                              f"every graph is checked per call, so return a few calls' feeds for each (for a stream "
+                              f"graph: calls of its stream), or drop graph_feeds() to let the build make them")
+        return found
     rng = np.random.default_rng(0)
 
     def one(name, shape, dtype):

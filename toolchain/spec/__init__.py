@@ -93,12 +93,14 @@ def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
         data_dir = str(here / data_dir)
     export_settings = _export(top.sub("export", required=False))
     compile_settings = _compile(top.sub("compile", required=False))
-    parity_settings = _parity(top.sub("parity", required=False))
+    parity_table = top.sub("parity", required=False)
     verify_table = top.sub("verify", required=False)
     verify_written = tuple(k for k in VERIFY_BOUNDS if k in verify_table.data)   # a message says which are defaults
     verify_settings = _verify(verify_table, chip_names, data_dir)
     metric = _metric(top.sub("metric", required=False))
-    graphs = _graphs(top, checkpoint, parity_settings, chip_names, chips, here)
+    graphs = _graphs(top, checkpoint, chip_names, chips, here)
+    given_only = checkpoint is None and all(g.source[0] == "onnx" for g in graphs)
+    parity_settings = _parity(parity_table, given_only)
 
     description = top.opt("description", str, "")
     # sherpa-onnx names its bundles after the model (sherpa-onnx-qnn-<SOC>-binary-whisper-tiny.en)
@@ -174,10 +176,16 @@ def _compile(comp: Table) -> dict:
     return settings
 
 
-def _parity(parity: Table) -> dict:
+# [parity] reference: what the ONNX on the CPU is held to: the model code's torch_runner(checkpoint) (PyTorch), its
+# reference_runner(checkpoint) (any other code: numpy, a reference implementation), or nothing. The default is
+# "torch", or "none" when every graph is an ONNX given as a file and there is no checkpoint (nothing to compare with).
+# Whatever the graphs' sources, a model may declare either runner (it gets checkpoint None without a checkpoint).
+REFERENCES = {"torch": "torch_runner", "module": "reference_runner", "none": ""}
+
+
+def _parity(parity: Table, given_only: bool) -> dict:
     settings = {"max_abs": parity.number("max_abs", 1e-3),
-                # "none": no PyTorch original to compare with (an ONNX given as a file)
-                "reference": parity.opt("reference", str, "torch", ("torch", "none"))}
+                "reference": parity.opt("reference", str, "none" if given_only else "torch", tuple(REFERENCES))}
     parity.done()
     return settings
 
@@ -216,7 +224,7 @@ def _metric(metric: Table) -> Settings:
     return Settings(sorted(metric.data.items()))
 
 
-def _graphs(top: Table, checkpoint, parity: dict, chip_names: tuple, chips: dict, here: Path) -> tuple[Graph, ...]:
+def _graphs(top: Table, checkpoint, chip_names: tuple, chips: dict, here: Path) -> tuple[Graph, ...]:
     table = top.sub("graphs")
     graphs = tuple(_graph(table.sub(g), g, here) for g in table.data)
     table.used.update(table.data)
@@ -224,8 +232,13 @@ def _graphs(top: Table, checkpoint, parity: dict, chip_names: tuple, chips: dict
         top.fail("graphs", "declare at least one graph")
     if checkpoint is None and not all(g.source for g in graphs):
         top.req("checkpoint", dict)   # fails: the model code exports from a checkpoint
-    if checkpoint is None and parity["reference"] == "torch" and not all(g.source[0] == "command" for g in graphs):
-        top.fail("parity", 'an ONNX given as a file has no PyTorch original: set [parity] reference = "none"')
+    for i, graph in enumerate(graphs):   # a stream made from another graph's outputs: that graph streams, before it
+        upstream = graph.stream.get("from")
+        earlier = {g.name: g for g in graphs[:i]}
+        if upstream is not None and (upstream not in earlier or not earlier[upstream].stream):
+            streaming = ", ".join(g.name for g in graphs if g.stream) or "none"
+            table.fail(f"{graph.name}.stream.from", f"{upstream!r} is not a graph declared before this one with a "
+                       f"stream of its own (streaming graphs: {streaming})")
     for graph in graphs:
         for chip in chip_names:
             if graph.precision == "fp16" and not chips[chip].fp16:

@@ -28,6 +28,7 @@ def graph(t: Table, name: str, here: Path) -> Graph:
     if precision != "w8a16" and "calibration" in t.data:
         t.fail("calibration", f"only w8a16 graphs are calibrated; this graph is {precision}")
     source = sources.source(t.sub("source"), here) if "source" in t.data else None
+    rewrite = t.opt("rewrite", (str, list), ())   # the rule names are checked by project.py (rewrites/library.py)
     compile_options = options(t.sub("compile", required=False))
     inputs = tensors(t.sub("inputs"))
     outputs = tensors(t.sub("outputs"))
@@ -41,7 +42,8 @@ def graph(t: Table, name: str, here: Path) -> Graph:
     return Graph(name=name, precision=precision, calibration=calibration, inputs=inputs, outputs=outputs,
                  source=source, compile=compile_options,
                  checks=Settings({k: Settings(v) for k, v in output_checks.items()}),
-                 state=Settings(pairs), stream=Settings(geometry))
+                 state=Settings(pairs), stream=Settings(geometry),
+                 rewrite=rewrite if isinstance(rewrite, str) else tuple(rewrite))
 
 
 def options(t: Table) -> Settings:

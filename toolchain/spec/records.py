@@ -50,6 +50,8 @@ class Graph:
     checks: Settings = Settings(())
     state: Settings = Settings(())
     stream: Settings = Settings(())
+    # rewrite = "auto" or [rule names] (toolchain/rewrites): legalizing rewrites of the simplified ONNX; () = none
+    rewrite: str | tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

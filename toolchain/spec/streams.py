@@ -5,6 +5,8 @@
   checks.<output> = { judged_by = "metric", reason = "..." } no tensor bound: the task metric decides
   state = { new_state = "state" }                            output -> the input it feeds on the next call
   stream = { input = "x", axis = 1, chunk = 512, hop = 512, context = 64 }
+  stream = { from = "g1", step = "to_time", input = "y", ... }   the stream is the model code's host step
+                                                               to_time(calls of g1, sample) on g1's outputs
 
 An output without checks keeps the model's [verify] bounds (nothing about it changes)."""
 from __future__ import annotations
@@ -93,6 +95,11 @@ def stream(t, inputs, pairs: dict) -> dict:
     if geometry["context"] + geometry["chunk"] != shape[axis]:
         t.fail("chunk", f"context {geometry['context']} + chunk {geometry['chunk']} must be the size of "
                         f"{name} on axis {axis} ({shape[axis]})")
+    if "from" in t.data or "step" in t.data:   # another graph's outputs, through a host step (checked across graphs
+        upstream, step = t.req("from", str), t.req("step", str)   # by spec/__init__.py)
+        if not step.isidentifier():
+            t.fail("step", f"{step!r}: the name of a function in the model's module")
+        geometry.update({"from": upstream, "step": step})
     others = [i for i in ins if i != name and i not in pairs.values()]
     if others:
         t.fail("input", f"input(s) {', '.join(others)} are neither the stream nor fed by a state output: "

@@ -12,6 +12,7 @@ from toolchain import artifacts
 from toolchain.engine.files import atomic_path, sha256
 from toolchain.engine.worker import load_module, run
 from toolchain.errors import StageFailed
+from toolchain.stages import export
 
 DOC = "verify the pinned checkpoint's sha256 and convert it for the export code"
 
@@ -55,6 +56,9 @@ def prepare(spec_file: str, module_file: str, parts: list, pinned: str, fmt: str
             except ValueError as err:   # the model code refusing the format or file: one line, no frames
                 raise StageFailed(f"{spec_file}: checkpoint.format = {fmt!r}: "
                                   f"{module_file} refused it: {err}") from None
+            except Exception as err:   # a file the code cannot read: named, with the code's own line
+                raise export.code_failed(module_file, f"prepare_checkpoint (format {fmt!r}, {spec_file})", source,
+                                         err) from err
         else:
             shutil.copyfile(source, tmp)
 

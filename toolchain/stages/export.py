@@ -94,6 +94,8 @@ def export(module_file: str, checkpoint: str, graph: str, settings: dict, out: s
             module.export(checkpoint, graph, str(tmp), settings)
         except ValueError as err:   # the model code refusing its settings or checkpoint: one line, no frames
             raise StageFailed(f"{module_file}: export of graph '{graph}': {err}") from None
+        except Exception as err:   # e.g. torch.load of a file that is not what the code expects
+            raise code_failed(module_file, f"export of graph '{graph}'", checkpoint, err) from err
         if not os.path.getsize(tmp):
             raise StageFailed(f"{module_file}: export() of graph '{graph}' wrote nothing to `out`")
         onnx_or_fail(tmp, f"{module_file}: export() of graph '{graph}' wrote")
@@ -195,6 +197,19 @@ def pin_shapes(model, io: dict, where: str) -> dict:
                               f"{wanted[output.name]}")
     model.graph.CopyFrom(inferred.graph)
     return fixed
+
+
+def code_failed(module_file: str, what: str, checkpoint: str | None, err: Exception) -> StageFailed:
+    """One line for model code that raised while reading a checkpoint: the checkpoint it was given, the error, and
+    the model code's own line (the full traceback stays in the step's log)."""
+    import traceback
+    traceback.print_exception(err)
+    frames = [f for f in traceback.extract_tb(err.__traceback__)
+              if os.path.abspath(f.filename) == os.path.abspath(module_file)]
+    where = f" at {module_file}:{frames[-1].lineno}" if frames else ""
+    given = f" given the checkpoint {checkpoint}" if checkpoint else ""
+    return StageFailed(f"{module_file}: {what}{given} failed{where}: {type(err).__name__}: {str(err)[:300]}"
+                       + ("; is that file the checkpoint this code reads (format, contents)?" if checkpoint else ""))
 
 
 def onnx_or_fail(path, what: str) -> None:

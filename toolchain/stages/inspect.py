@@ -1,4 +1,6 @@
-"""Hard check of a simplified ONNX against the spec: static shapes, batch 1, int32, declared names."""
+"""Hard check of a simplified ONNX against the spec: static shapes, batch 1, int32, declared names, and no op the
+HTP is measured to compute wrong (toolchain/rewrites/known_wrong.toml: the check every convert and compile waits
+for)."""
 from __future__ import annotations
 
 import collections
@@ -9,6 +11,7 @@ from toolchain import artifacts
 from toolchain.engine.files import write_json
 from toolchain.engine.worker import in_process
 from toolchain.errors import StageFailed
+from toolchain.rewrites import known_wrong
 from toolchain.shared.iorecord import io_record
 
 DTYPES = {1: "float32", 10: "float16", 6: "int32", 7: "int64", 3: "int8", 2: "uint8", 9: "bool", 11: "float64"}
@@ -24,8 +27,9 @@ def tasks(project):
             declared["precision"] = graph.precision
             declared["max_fp16_params"] = model.compile["max_fp16_params"]
             yield {"name": f"{model.name}/{graph.name}",
-                   "doc": f"{model.name}/{graph.name}: assert static shapes, batch 1, int32 I/O, declared names",
-                   "file_dep": [src], "targets": [out], "clean": True,
+                   "doc": f"{model.name}/{graph.name}: assert static shapes, batch 1, int32 I/O, declared names, "
+                          f"no op the HTP is known to compute wrong",
+                   "file_dep": [src, str(known_wrong.TABLE)], "targets": [out], "clean": True,
                    "actions": [(in_process, (check, src, declared, model.spec_file, out))],
                    "uptodate": [config_changed(declared)]}
 
@@ -69,6 +73,7 @@ def check(src: str, declared: dict, spec_file: str, out: str):
     import onnx
     model = onnx.load(src, load_external_data=False)
     found = problems(model, declared, spec_file)
+    found += [known_wrong.message(node, row) for node, row in known_wrong.found(model, declared["precision"])]
     if found:
         raise StageFailed(f"{src}: " + "; ".join(found))
     params = sum(int(_numel(i.dims)) for i in model.graph.initializer)

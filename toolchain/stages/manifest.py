@@ -54,6 +54,9 @@ def _sources(project, model, chip) -> dict:
                "inspect": {g.name: artifacts.inspected(model, g) for g in model.graphs},
                "compile": {g.name: artifacts.compile_record(model, g, chip) for g in model.graphs},
                "verify": {"default": artifacts.verified(model, chip)}}
+    if parity.rewritten(model):   # the rewrites applied, the nodes they replaced, and their check on the CPU
+        sources["rewrites"] = {g.name: artifacts.rewrites_applied(model, g) for g in model.graphs if g.rewrite}
+        sources["rewrite_check"] = {"cpu": artifacts.rewrite_check(model)}
     if project.wants_full_tier(model, chip) and not project.runtime_gate(model):   # else: sherpa_full
         sources["verify"]["full"] = artifacts.verified(model, chip, "full")
     return {**sources, **model.backend.manifest_sources(model, chip)}   # e.g. QAIRT's model-lib records

@@ -1,4 +1,5 @@
-"""ONNX on the CPU (onnxruntime) against the PyTorch original on real inputs, once per model."""
+"""ONNX on the CPU (onnxruntime) against the model's reference (its PyTorch original, or other code of the model's)
+on real inputs, once per model."""
 from __future__ import annotations
 
 from importlib import metadata
@@ -11,7 +12,8 @@ from toolchain.engine.worker import load_module, run
 from toolchain.errors import StageFailed
 from toolchain.shared import measures, modeldata
 from toolchain.shared.iorecord import io_record
-from toolchain.stages import stream
+from toolchain.spec import REFERENCES
+from toolchain.stages import export, stream
 
 
 def tasks(project):
@@ -29,7 +31,8 @@ def tasks(project):
                   "streams": {g.name: {"geometry": dict(g.stream), "state": dict(g.state)}
                               for g in model.graphs if g.stream}}
         yield {"name": model.name,
-               "doc": f"{model.name}: ONNX on CPU vs PyTorch on real inputs (max_abs {settings['max_abs']}"
+               "doc": f"{model.name}: ONNX on CPU vs {settings['reference']} reference on real inputs (max_abs "
+                      f"{settings['max_abs']}"
                       f"{', task metric' if model.data_dir else ''})",
                "file_dep": [*checkpoint, *model.code_files, *onnx_files.values(),
                             *modeldata.data_files(model.data_dir)],
@@ -39,49 +42,75 @@ def tasks(project):
 
 
 def gate(model) -> list[str]:
-    """The task_dep of every compile of the model's graphs: the CPU check runs, and passes, first, so a
+    """The task_dep of every compile of the model's graphs: the CPU checks run, and pass, first, so a
     model that already fails on the CPU in a minute never costs minutes of compiles (fail fast; the
-    inspection of each graph is in the compile's file_dep). An order, not an input: a parity rerun that
-    ends the same does not recompile."""
-    return [f"parity:{model.name}"] if available(model) else []
+    inspection of each graph is in the compile's file_dep): parity, and the check of the spec's rewrites. An
+    order, not an input: a rerun that ends the same does not recompile."""
+    return [f"parity:{model.name}"] * available(model) + [f"rewrite:{model.name}"] * rewritten(model)
 
 
 def available(model) -> bool:
-    """A PyTorch original exists to compare with (not for an ONNX given as a file)."""
-    return model.parity["reference"] == "torch"
+    """A reference exists to compare with: the model code's PyTorch (or other) runner."""
+    return model.parity["reference"] != "none"
+
+
+def rewritten(model) -> bool:
+    """Some graph declares legalizing rewrites (checked against the unrewritten graph: stages/rewrite.py)."""
+    return any(g.rewrite for g in model.graphs)
+
+
+def runner(module, module_file: str, reference: str):
+    """The model code's reference runner the spec names: torch_runner or reference_runner (spec.REFERENCES)."""
+    name = REFERENCES[reference]
+    if not callable(getattr(module, name, None)):
+        raise StageFailed(f"{module_file}: no {name}(checkpoint) function, which the parity stage calls to compare "
+                          f"the ONNX with the model's reference ([parity] reference = \"{reference}\"); write it, "
+                          f"or declare [parity] reference = \"none\" (no reference)")
+    return getattr(module, name)
 
 
 def check(module_file: str, checkpoint: str | None, onnx_files: dict, data_dir, settings: dict, out: str, io: dict,
           spec: str = "", streams: dict | None = None):
     module = load_module(module_file)
-    if not callable(getattr(module, "torch_runner", None)):
-        raise StageFailed(f"{module_file}: no torch_runner(checkpoint) function, which the parity stage calls to "
-                          f"compare the ONNX with PyTorch; write it, or declare [parity] reference = \"none\" "
-                          f"(no PyTorch original)")
-    torch_run = modeldata.with_io(module.torch_runner, io)(checkpoint)
+    try:
+        reference = modeldata.with_io(runner(module, module_file, settings["reference"]), io)(checkpoint)
+    except StageFailed:
+        raise
+    except Exception as err:   # the reference cannot load the checkpoint it is given
+        raise export.code_failed(module_file, f"{REFERENCES[settings['reference']]}()", checkpoint, err) from err
     cpu = {g: modeldata.cpu(p) for g, p in onnx_files.items()}
 
     def onnx_run(graph, feeds):
         return cpu[graph](feeds)
 
-    samples, streams = modeldata.samples(module, data_dir), streams or {}
-    feeds = stream.tensor_feeds(module, torch_run, samples[0] if samples else None, io, streams, module_file)
-    errors = measures.tensor_errors(torch_run, onnx_run, feeds)
-    record = {"tensors": errors, "settings": settings}
-    failures = [f"{g}: max abs error {e['max_abs']:.3g} > {settings['max_abs']}"
-                for g, e in errors.items() if e["max_abs"] > settings["max_abs"]]
-    runs = {}
-    if streams and samples:   # the build's own chunk loop, PyTorch and the CPU ONNX each feeding back its state
-        bound = {g: {o[0]: {"max_abs": settings["max_abs"]} for o in io[g]["outputs"]} for g in streams}
-        where = {g: {o[0]: f"{spec}: parity.max_abs" for o in io[g]["outputs"]} for g in streams}
-        record["stream"], lines, _, runs = stream.compare_runs(module, samples, streams, io, torch_run, onnx_run,
-                                                               bound, where, module_file)
-        failures += lines
-    ref, got = stream.task_runs(module, samples, streams, runs, io, torch_run, onnx_run)
-    if ref is not None:   # the model's own task metric
-        record["task"], task_failures = module.agree(ref, got, {**settings["metric"], "tier": "parity"})
-        failures += task_failures
+    record, failures = compare(module, module_file, reference, onnx_run, data_dir, io, streams or {}, settings,
+                               f"{spec}: parity.max_abs")
     print(record)
     if failures:
         raise StageFailed(f"parity failed for {', '.join(onnx_files.values())}: " + "; ".join(failures))
     write_json(out, record)
+
+
+def compare(module, module_file: str, reference, candidate, data_dir, io: dict, streams: dict, settings: dict,
+            where: str) -> tuple[dict, list[str]]:
+    """Two CPU runs of a model's graphs on its own data, held to settings["max_abs"] (`where` names that bound):
+    per-call tensors, each stream graph's free-running loop (each run feeding back its own state) and the model's
+    task metric; (record, failure lines)."""
+    samples = modeldata.samples(module, data_dir)
+    feeds = stream.tensor_feeds(module, reference, samples[0] if samples else None, io, streams, module_file)
+    errors = measures.tensor_errors(reference, candidate, feeds)
+    record = {"tensors": errors, "settings": settings}
+    failures = [f"{g}: max abs error {e['max_abs']:.3g} > {settings['max_abs']}"
+                for g, e in errors.items() if e["max_abs"] > settings["max_abs"]]
+    runs = {}
+    if streams and samples:
+        bound = {g: {o[0]: {"max_abs": settings["max_abs"]} for o in io[g]["outputs"]} for g in streams}
+        sources = {g: {o[0]: where for o in io[g]["outputs"]} for g in streams}
+        record["stream"], lines, _, runs = stream.compare_runs(module, samples, streams, io, reference, candidate,
+                                                               bound, sources, module_file)
+        failures += lines
+    ref, got = stream.task_runs(module, samples, streams, runs, io, reference, candidate)
+    if ref is not None:   # the model's own task metric
+        record["task"], task_failures = module.agree(ref, got, {**settings["metric"], "tier": "parity"})
+        failures += task_failures
+    return record, failures

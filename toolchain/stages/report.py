@@ -92,7 +92,8 @@ def stream_rows(manifests: list[dict]) -> list[list[str]]:
             clips = verify.get("stream", {}).get(graph, {})
             worst = max(((o, d, clip) for clip, c in clips.items() for o, d in c["outputs"].items()),
                         key=lambda x: x[1]["max_abs"], default=None)
-            rows.append([m["model"], m["chip"]["name"], graph, f"{g['chunk']} / {g['hop']} / {g['context']}",
+            made = f", made by {g['step']}() from {g['from']}" if "from" in g else ""   # a stream through two graphs
+            rows.append([m["model"], m["chip"]["name"], graph, f"{g['chunk']} / {g['hop']} / {g['context']}{made}",
                          str(manifest.io_bytes(m["graphs"][graph]["io"])), _per_call(m, graph, 4),
                          str(sum(c["calls"] for c in clips.values())),
                          f"{worst[0]}: {worst[1]['max_abs']:.2g}, chunk {worst[1]['peak_chunk']} of {worst[2]}"

@@ -1,16 +1,22 @@
-"""Exported ONNX -> onnxsim-simplified ONNX, once per graph."""
+"""Exported ONNX -> onnxsim-simplified ONNX, once per graph; then the spec's legalizing rewrites, if it declares
+any (toolchain/rewrites: the unrewritten graph is kept beside it, for the rewrite stage's check)."""
 from __future__ import annotations
 
 import time
 from importlib import metadata
+from pathlib import Path
 
 from doit.tools import config_changed
 
 from toolchain import artifacts
-from toolchain.engine.files import atomic_path
+from toolchain.engine.files import atomic_path, write_json
 from toolchain.engine.worker import run
 from toolchain.errors import StageFailed
+from toolchain.rewrites import library as rewrites
+from toolchain.spec.table import plain
 from toolchain.stages.export import onnx_or_fail
+
+REWRITE_CODE = sorted(str(p) for p in Path(rewrites.__file__).parent.glob("*.*") if p.suffix in (".py", ".toml"))
 
 
 def tasks(project):
@@ -19,18 +25,28 @@ def tasks(project):
         for graph in model.graphs:
             src, out = artifacts.exported(model, graph), artifacts.simplified(model, graph)
             log = artifacts.simplify_log(model, graph)
+            kwargs, settings, deps, targets = {"src": src, "out": out}, {"tool": tool}, [src], [out, log]
+            if graph.rewrite:   # only then: a graph without rewrites keeps its settings (nothing rebuilds)
+                extra = [artifacts.unrewritten(model, graph), artifacts.rewrites_applied(model, graph)]
+                kwargs.update(rewrite=plain(graph.rewrite), unrewritten=extra[0], record=extra[1])
+                settings["rewrite"], deps, targets = plain(graph.rewrite), deps + REWRITE_CODE, targets + extra
             yield {"name": f"{model.name}/{graph.name}",
-                   "doc": f"{model.name}/{graph.name}: onnxsim (constant folding, shape inference)",
-                   "file_dep": [src], "targets": [out, log], "clean": True,
-                   "actions": [(run, (simplify, {"src": src, "out": out}, log))],
-                   "uptodate": [config_changed({"tool": tool})]}
+                   "doc": f"{model.name}/{graph.name}: onnxsim (constant folding, shape inference)"
+                          + (f", rewrites {_shown(graph.rewrite)}" if graph.rewrite else ""),
+                   "file_dep": deps, "targets": targets, "clean": True,
+                   "actions": [(run, (simplify, kwargs, log))],
+                   "uptodate": [config_changed(settings)]}
+
+
+def _shown(rewrite) -> str:
+    return rewrite if isinstance(rewrite, str) else ", ".join(rewrite)
 
 
 def tool_version() -> dict:
     return {"onnxsim": metadata.version("onnxsim"), "onnx": metadata.version("onnx")}
 
 
-def simplify(src: str, out: str):
+def simplify(src: str, out: str, rewrite=(), unrewritten: str = "", record: str = ""):
     import onnx
     import onnxsim
     onnx_or_fail(src, f"{src} is")
@@ -40,5 +56,13 @@ def simplify(src: str, out: str):
     if not ok:
         raise StageFailed(f"{src}: onnxsim could not validate the simplified model")
     print(f"nodes: {len(onnx.load(src, load_external_data=False).graph.node)} -> {len(model.graph.node)}")
+    if rewrite:
+        with atomic_path(unrewritten) as tmp:
+            onnx.save(model, str(tmp))
+        applied = rewrites.apply(model, rewrite if isinstance(rewrite, str) else tuple(rewrite))
+        for a in applied:
+            print(f"rewrite {a['rewrite']}: {len(a['nodes'])} node(s): {', '.join(a['nodes'])}")
+        print(f"rewrites ({_shown(rewrite)}): {len(applied)} applied; nodes now {len(model.graph.node)}")
+        write_json(record, {"declared": rewrite, "applied": applied})
     with atomic_path(out) as tmp:
         onnx.save(model, str(tmp))

@@ -1,4 +1,6 @@
-"""The chunk loop of a stateful graph, run by the build itself (spec: graphs.<g>.state and .stream).
+"""The chunk loop of a stateful graph, run by the build itself (spec: graphs.<g>.state and .stream); a graph whose
+stream a host step makes from another graph's outputs (stream.from, stream.step) runs after it, on each backend's
+own run of it.
 
 Each backend runs the whole stream feeding back its OWN state outputs, as an app does; the drift is the
 per-chunk error of every output between two such runs. fp16 recurrent models fail by accumulating error
@@ -24,9 +26,13 @@ def contract(graph) -> dict:
     """What an app needs to drive the graph: which output to feed back where, the initial value, the cut."""
     if not graph.stream:
         return {}
+    made = (f" of the stream the model code's host step {graph.stream['step']}() makes from graph "
+            f"{graph.stream['from']}'s outputs of every call (run {graph.stream['from']}'s stream first, on the same "
+            f"backend)"
+            if "from" in graph.stream else "")
     return {"state": dict(graph.state), "initial": INITIAL, "stream": dict(graph.stream),
             "calls": f"call i reads {graph.stream['input']}[{_axis(graph.stream)}i*{graph.stream['hop']} - "
-                     f"{graph.stream['context']} : i*{graph.stream['hop']} + {graph.stream['chunk']}] (zeros "
+                     f"{graph.stream['context']} : i*{graph.stream['hop']} + {graph.stream['chunk']}]{made} (zeros "
                      f"outside the stream)"}
 
 
@@ -89,12 +95,20 @@ def drift(reference: list, candidate: list, checks: dict) -> dict:
     return found
 
 
-def pieces(module, sample, geometry: dict, io: dict, where: str) -> list[np.ndarray]:
-    """The stream input of every call for one sample: the model code's stream(sample), cut."""
-    if not callable(getattr(module, "stream", None)):
-        raise StageFailed(f"{where}: no stream(sample) function: a graph declaring `stream` needs the model code "
-                          f"to return each sample's whole input stream (the build cuts it into calls)")
+def pieces(module, sample, geometry: dict, io: dict, where: str, upstream: list | None = None) -> list[np.ndarray]:
+    """The stream input of every call for one sample, cut: the model code's stream(sample), or for a graph whose
+    stream is made from another graph's (`from`), its host step on `upstream`, that graph's [(feeds, outputs)] of
+    every call as the same backend ran them."""
+    name = geometry.get("step", "stream")
+    if not callable(getattr(module, name, None)):
+        what = (f"{name}(calls, sample) function, which makes this graph's stream from graph {geometry['from']}'s "
+                f"calls" if "from" in geometry else "stream(sample) function: a graph declaring `stream` needs the "
+                "model code to return each sample's whole input stream (the build cuts it into calls)")
+        raise StageFailed(f"{where}: no {what}")
     _, shape, dtype = next(t for t in io["inputs"] if t[0] == geometry["input"])
+    if "from" in geometry:
+        return cut(getattr(module, name)(upstream, sample), geometry, tuple(shape), dtype,
+                   f"{where}: {name}(calls of {geometry['from']}, {sample[0]!r})")
     return cut(module.stream(sample), geometry, tuple(shape), dtype, f"{where}: stream({sample[0]!r})")
 
 
@@ -104,14 +118,21 @@ def compare_runs(module, samples: list, streams: dict, io: dict, reference, cand
     state: ({graph: {clip: drift}}, failure lines, [(graph, output, feeds of the worst call)],
     {"reference"|"candidate": {clip: {graph: calls}}})."""
     record, failures, failing, calls = {}, [], [], {"reference": {}, "candidate": {}}
-    for g, declared in streams.items():
+    for g, declared in streams.items():   # declaration order: a graph fed by another's stream comes after it
         record[g] = {}
+        geometry, upstream = declared["geometry"], declared["geometry"].get("from")
         for sample in samples:
-            cut_calls = pieces(module, sample, declared["geometry"], io[g], where)
-            ref = loop(reference, g, cut_calls, declared["geometry"], declared["state"], io[g]["inputs"])
-            got = loop(candidate, g, cut_calls, declared["geometry"], declared["state"], io[g]["inputs"])
-            calls["reference"].setdefault(sample[0], {})[g] = ref
-            calls["candidate"].setdefault(sample[0], {})[g] = got
+            ran = {}
+            for side, run in (("reference", reference), ("candidate", candidate)):
+                made = calls[side][sample[0]][upstream] if upstream else None   # this backend's own upstream run
+                if side == "reference" or upstream:
+                    cut_calls = pieces(module, sample, geometry, io[g], where, made)
+                ran[side] = loop(run, g, cut_calls, geometry, declared["state"], io[g]["inputs"])
+                calls[side].setdefault(sample[0], {})[g] = ran[side]
+            ref, got = ran["reference"], ran["candidate"]
+            if len(ref) != len(got):
+                raise StageFailed(f"{where}: {geometry['step']}() made streams of {len(ref)} and {len(got)} calls "
+                                  f"of graph {g} from the two backends' runs of {upstream}: the same length expected")
             found = drift(ref, got, checks[g])
             record[g][sample[0]] = {"calls": len(ref), "outputs": found}
             for o, d in found.items():
@@ -153,9 +174,11 @@ def tensor_feeds(module, run, sample, io: dict, streams: dict, where: str, count
     feeds = modeldata.feeds(module, run, sample, io)
     if hasattr(module, "graph_feeds") or sample is None:
         return feeds
+    ran = {}
     for g, declared in streams.items():
-        done = loop(run, g, pieces(module, sample, declared["geometry"], io[g], where), declared["geometry"],
-                    declared["state"], io[g]["inputs"])
+        upstream = ran.get(declared["geometry"].get("from"))
+        done = ran[g] = loop(run, g, pieces(module, sample, declared["geometry"], io[g], where, upstream),
+                             declared["geometry"], declared["state"], io[g]["inputs"])
         picks = sorted({round(i * (len(done) - 1) / max(count - 1, 1)) for i in range(min(count, len(done)))})
         feeds[g] = [done[i][0] for i in picks]
     return feeds

@@ -93,8 +93,9 @@ def record(src: str, source_c: str, weights: str, record: str, options: dict):
         try:
             ep.lower(src, options)   # raises StageFailed naming the nodes the HTP cannot take
         except ep.OffTheHtp as err:   # the record says which and why (the EP's reason), for tools and people
-            write_json(record, {"status": "failed", "cpu_nodes": [{"node": name, "op_type": op, "reason": why}
-                                                                  for name, op, why in err.nodes]})
+            write_json(record, {"status": "failed", "cpu_nodes": [{"node": name, "op_type": op, "reason": why,
+                                                                   "rewrite": rule}
+                                                                  for name, op, why, rule in err.nodes]})
             raise
         os.chdir(here)
         made = Path(scratch, SAVER_DIR)

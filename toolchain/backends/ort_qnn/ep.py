@@ -15,6 +15,7 @@ from pathlib import Path
 
 from toolchain.engine.files import atomic_dir
 from toolchain.errors import StageFailed
+from toolchain.rewrites import library as rewrites
 
 NAME = "ort-qnn"
 # Printed whenever libQnnHtp.so is loaded (the LIBNATIVE line on stdout) or a QNN session opens; pure noise.
@@ -169,18 +170,30 @@ def _checked_session(src: str, options: dict, config: dict, what: str) -> None:
     except Exception as err:
         cpu = cpu_nodes(src, {k: v for k, v in options.items() if k != "qnn_saver_path"})
         if cpu:
-            listed = "; ".join(f"{name or '<unnamed>'} ({op}: {reason or 'the EP gives no reason'})"
-                               for name, op, reason in cpu)
+            cpu = with_rewrites(src, cpu)
+            listed = "; ".join(f"{name or '<unnamed>'} ({op}: {reason or 'the EP gives no reason'}"
+                               f"{f'; the rewrite {rule!r} makes the HTP take it' if rule else ''})"
+                               for name, op, reason, rule in cpu)
             hint = ("; a GELU exported at opset 18 is Erf, which the QNN EPs of QAIRT 2.47-2.49 leave on the CPU: "
                     "export at opset 20 (one Gelu node, every family takes it)"
-                    if any(op == "Erf" for _, op, _ in cpu) else "")
-            raise OffTheHtp(f"{src}: {len(cpu)} node(s) would run on the CPU, not the HTP: {listed}; "
-                            f"fix them in the export (replace or rewrite these ops){hint}", cpu) from None
+                    if any(op == "Erf" for _, op, *_ in cpu) else "")
+            fix = ("apply the rewrites named (rewrite = [...] or \"auto\" in the graph's [graphs.<g>] table, "
+                   "docs/add-a-model.md) or fix the others in the export"
+                   if any(rule for *_, rule in cpu) else "fix them in the export (replace or rewrite these ops)")
+            raise OffTheHtp(f"{src}: {len(cpu)} node(s) would run on the CPU, not the HTP: {listed}; {fix}{hint}",
+                            cpu) from None
         raise StageFailed(f"{src}: {what} failed: {str(err).strip().splitlines()[-1]}") from None
 
 
+def with_rewrites(src: str, cpu: list) -> list[tuple[str, str, str, str]]:
+    """Each CPU node with the legalizing rewrite that makes the HTP take it ("" for none: toolchain/rewrites)."""
+    import onnx
+    onnx_model = onnx.load(src)
+    return [(name, op, reason, rewrites.for_node(onnx_model, name) if name else "") for name, op, reason in cpu]
+
+
 class OffTheHtp(StageFailed):
-    """Nodes the HTP cannot take: `nodes` is [(name, op_type, the EP's reason or "")]."""
+    """Nodes the HTP cannot take: `nodes` is [(name, op_type, the EP's reason or "", the rewrite that helps or "")]."""
 
     def __init__(self, message: str, nodes: list):
         super().__init__(message)
