@@ -30,7 +30,7 @@ SKIP_DIRS = {".git", "build", "__pycache__", ".pytest_cache", ".ruff_cache", ".b
 # with a wing of toolchain/ (docs often name `engine/paths.py` for toolchain/engine/paths.py). Anything else
 # (`scripts/...` of sherpa-onnx, `k2-fsa/...`, `lib/aarch64-android/...` of the SDK) is upstream's.
 TOP = ("toolchain", "tests", "models", "bench", "docs", ".ci")
-WINGS = ("spec", "stages", "backends", "deploy", "phone", "engine", "qnn")
+WINGS = ("spec", "stages", "backends", "deploy", "phone", "engine", "qnn", "rewrites", "shared")
 # Bare names that are not one file of the checkout: what the build or a bench writes, the file every data folder
 # holds, and upstream scripts. Any other bare .md name must be beside its citer or at the root; a bare .py name
 # must be some module's of the checkout.
@@ -42,7 +42,8 @@ BARE = {"report.md": "build/report.md, the report stage's", "bench.md": "bench/b
 # Files named in examples of messages, or written by a test into its own tmp project: not citations.
 # (models/bad.toml and models/handmade.py: what tests/conftest.py's handmade() writes into a test's project.)
 EXAMPLES = {"models/x.toml", "models/m.py", "models/m.toml", "models/lstm.toml", "models/qnet.toml",
-            "models/bad.toml", "models/handmade.py"}
+            "models/bad.toml", "models/handmade.py",
+            "models/example.toml", "models/example.py"}   # what `python -m toolchain init` writes into a user's project
 URL = re.compile(r"\b(?:https?|ftp|file)://\S+|\bwww\.\S+")
 # An upstream repository named before a path: "k2-fsa/sherpa-onnx scripts/..." or "k2-fsa/icefall's egs/...".
 UPSTREAM = re.compile(r"\b(?:k2-fsa|microsoft|onnx|pytorch|huggingface|cmusphinx|quic|qualcomm|google|"

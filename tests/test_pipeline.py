@@ -7,7 +7,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import Project
+from conftest import ONE_CHIP, Project
 
 from toolchain.backends.ort_qnn import ep as ort_qnn
 
@@ -156,3 +156,21 @@ def test_doit_list_shows_the_stages_in_pipeline_order(tmp_path):
     every = project.doit_cli("list", "--all")
     stages = [line.split()[0].split(":")[0] for line in every.stdout.splitlines() if line.strip()]
     assert list(dict.fromkeys(stages)) == listed and stages == sorted(stages, key=listed.index)
+
+
+def test_one_model_builds_alone_and_leaves_a_report_of_what_it_built(project):
+    """`doit model:<name>` builds that model only and ends with build/<name>/report.md (build/report.md, the whole
+    build's, would build every model first); `doit chip:<CHIP>` the same for a chip."""
+    project.add_tiny("tiny", **ONE_CHIP)
+    project.add_tiny("other", seed=1, **ONE_CHIP)
+    rc, executed, text = project.run("model:tiny")
+    assert rc == 0, text
+    assert executed[-1] == "model:tiny" and not [t for t in executed if "other" in t]
+    report = (project.root / "build/tiny/report.md").read_text()
+    assert report.startswith("# Build report") and "| tiny | SM8750 |" in report and "| other |" not in report
+    assert not (project.root / "build/report.md").exists()
+    assert project.run("model:tiny")[1] == []   # incremental: the report too
+    rc, executed, _ = project.run("chip:SM8750")
+    assert rc == 0 and "model:tiny" not in executed and executed[-1] == "chip:SM8750"
+    chip_report = (project.root / "build/report-SM8750.md").read_text()
+    assert "| tiny | SM8750 |" in chip_report and "| other | SM8750 |" in chip_report

