@@ -4,9 +4,15 @@ the forks give."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
+import pytest
 import worker_steps
-from conftest import Project, assert_same_outputs, checkout, doit, tool_logs
+from conftest import ONE_CHIP, Project, assert_same_outputs, checkout, doit, tool_logs
 
 from toolchain.engine import worker, zygote
 
@@ -77,3 +83,68 @@ def test_fresh_process_steps_give_the_same_bytes_as_forks_of_the_server(referenc
     assert all("# a fork of the fork server" in text for text in steps.values())
     assert not any("fork server" in text for text in started.values())
     assert_same_outputs(ref, fresh)
+
+
+def _workers_in(folder: Path) -> list[tuple[int, str]]:
+    """(pid, command line) of every process of toolchain.engine.worker whose working folder is `folder` (the
+    fork server, its waiters and steps, a fresh step): this test's own, not a parallel test's."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            line = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if "toolchain.engine.worker" in line and Path(os.readlink(proc / "cwd")) == folder:
+                found.append((int(proc.name), line.strip()))
+        except OSError:
+            continue   # gone meanwhile, or not ours to read
+    return found
+
+
+@pytest.mark.parametrize("workers, kill", [("fork", "doit"), ("fork", "group"), ("fresh", "doit")])
+def test_a_killed_build_leaves_no_worker_behind(project, workers, kill):
+    """SIGTERM to doit (or to its process group) mid-verify: the fork server, its waiters and the running step (or
+    the fresh step) end with it; none is left reparented to pid 1."""
+    project.add_tiny(**ONE_CHIP)
+    project.edit("models/tinynet.py", "for _ in range(3)]}", "for _ in range(2000)]}")   # a verify of seconds
+    root = project.root.resolve()
+    said = root / "doit.out"   # the console reporter names each task as it starts
+    with open(said, "w") as out:
+        build = subprocess.Popen([sys.executable, "-m", "doit", f"workers={workers}"], cwd=root, stdout=out,
+                                 stderr=subprocess.STDOUT, start_new_session=True,
+                                 env={**os.environ, "QNN_JOBS": "1", "CI": "1", "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 600
+    while not (".  verify:tiny@SM8750" in said.read_text()
+               and len(_workers_in(root)) >= (3 if workers == "fork" else 1)):   # server, waiter, step
+        assert build.poll() is None and time.monotonic() < deadline, "the build ended before verify ran"
+        time.sleep(0.01)
+    running = _workers_in(root)
+    (os.killpg if kill == "group" else os.kill)(build.pid, signal.SIGTERM)
+    assert build.wait(timeout=60) != 0
+    deadline = time.monotonic() + 2   # a SIGTERM ends a step at once; the verify left alone would run for seconds
+    while _workers_in(root) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _workers_in(root) == [], f"survived: {_workers_in(root)} (running when killed: {running})"
+
+
+def test_loading_the_tasks_reads_each_packages_metadata_once(project, monkeypatch):
+    """Every task's settings name tool versions: read once per process (engine/versions.py), not per task (a no-op
+    `doit` of the shipped project made 444 reads, a third of its time)."""
+    import importlib.metadata as metadata
+
+    from toolchain import pipeline
+    from toolchain import project as projects
+    from toolchain.engine import versions
+    project.add_tiny("one")
+    project.add_tiny("two", seed=1)
+    reads = []
+    real = metadata.distribution
+    monkeypatch.setattr(metadata, "distribution", lambda name: reads.append(name) or real(name))
+    versions.version.cache_clear()
+    versions.folder.cache_clear()
+    monkeypatch.chdir(project.root)
+    loaded = projects.load("models")
+    for create in pipeline.task_creators(loaded, pipeline.variables()).values():
+        list(create())
+    # each distribution's version once (and one folder, the wheel's libraries), whatever the number of tasks
+    assert reads and len(reads) <= len(set(reads)) + 1 and len(set(reads)) <= 8, sorted(reads)

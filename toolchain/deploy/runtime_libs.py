@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import os
 import re
-from importlib import metadata
 from pathlib import Path
 
 from doit.tools import config_changed
 
 from toolchain import artifacts
+from toolchain.engine import versions
 from toolchain.engine.files import sha256, write_json
 from toolchain.engine.worker import in_process
 from toolchain.qnn.layout import ANDROID, device_libraries
@@ -67,8 +67,8 @@ def record(toolchain: str, chip: dict, sdk: dict | None, version: str, wheel: di
                 "license": license_terms(sdk["root"])}
     libs = [{"name": name, "sdk_path": rel, "version": f"QAIRT {family(version)}.x", "sha256": None}
             for name, rel in _layout(arch).items()]
-    wheel = wheel or {"onnxruntime": metadata.version("onnxruntime"),
-                      "onnxruntime-qnn": metadata.version("onnxruntime-qnn")}
+    wheel = wheel or {"onnxruntime": versions.version("onnxruntime"),
+                      "onnxruntime-qnn": versions.version("onnxruntime-qnn")}
     return {"toolchain": toolchain, "chip": chip["name"], "htp_arch": arch, "build_id": None,
             "family": family(version), "available": False, "libraries": libs,
             "why_not_available": f"onnxruntime-qnn {wheel['onnxruntime-qnn']} ships x86_64 libraries "
@@ -109,7 +109,7 @@ def license_terms(sdk_root: str | None) -> dict:
                 or f"the license that came with the QAIRT SDK at {sdk_root} (no LICENSE file at its top level)"}
     import onnxruntime_qnn
     pdf = Path(onnxruntime_qnn.__file__).with_name("Qualcomm_LICENSE.pdf")
-    return {**base, "reference": [{"file": f"onnxruntime-qnn=={metadata.version('onnxruntime-qnn')}: "
+    return {**base, "reference": [{"file": f"onnxruntime-qnn=={versions.version('onnxruntime-qnn')}: "
                                            f"onnxruntime_qnn/{pdf.name}",
                                    "sha256": sha256(pdf) if pdf.is_file() else None}],
             "note": "Android builds of these libraries come from a QAIRT SDK, under the license that ships with it."}

@@ -30,7 +30,7 @@ import doit
 from doit.tools import config_changed
 from packaging.requirements import Requirement
 
-from toolchain.engine import cache_http
+from toolchain.engine import cache_http, versions
 from toolchain.engine.cache_store import FORMAT, Store, Unreachable  # noqa: F401  (Store, Unreachable: the API)
 from toolchain.engine.files import sha256, sha256_memo
 
@@ -198,6 +198,6 @@ def restore_check(task):
 
 def _version(package: str) -> str | None:
     try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
+        return versions.version(package)
+    except versions.NotInstalled:
         return None

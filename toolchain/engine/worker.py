@@ -196,6 +196,8 @@ def load_module(path: str):
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] != [zygote.SERVE]:
+        zygote.die_with_parent()   # a fresh step ends with the doit that waits for it
     # Run the imported module's main, so StageFailed raised by stages is the class caught there.
     from toolchain.engine.worker import main as imported_main
     sys.exit(imported_main(sys.argv[1:]))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import hashlib
 import importlib
 import json
@@ -31,6 +32,8 @@ import traceback
 ENV, VAR = "QNN_WORKERS", "workers"
 SERVE = "--serve"   # `python -m toolchain.engine.worker --serve ADDRESS` starts a server (worker.py knows the step)
 MODES = ("fork", "fresh")
+STOP = b"stop\n"   # what doit writes to a server's stdin before closing it at a clean end
+PR_SET_PDEATHSIG = 1   # prctl(2): a signal for this process when the thread that started it ends
 
 
 def mode(given: str = "") -> str:
@@ -47,9 +50,11 @@ class Server:
 
     def __init__(self, env: dict, preload: tuple = ()):
         self.address = f"fork-server-{os.getpid()}-{os.urandom(6).hex()}"   # Linux abstract socket: no file
+        # its own process group, which its waiters and steps join: when doit is gone, it ends them all (serve())
         self.process = subprocess.Popen([sys.executable, "-m", "toolchain.engine.worker", SERVE,
                                          self.address, *preload],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=os.getcwd())
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=os.getcwd(),
+                                        start_new_session=True)
         line = self.process.stdout.readline()
         if line.strip() != b"ready":
             self.stop()
@@ -71,7 +76,8 @@ class Server:
 
     def stop(self) -> None:
         with contextlib.suppress(OSError):
-            self.process.stdin.close()   # the server ends on EOF; steps it started finish on their own
+            self.process.stdin.write(STOP)   # a clean stop: steps it started finish on their own
+            self.process.stdin.close()       # (EOF without it: doit is gone, and the server ends its steps)
         self.process.wait()
 
 
@@ -116,11 +122,21 @@ def forget(env: dict, preload: tuple = ()) -> None:
         found.stop()
 
 
+def die_with_parent() -> None:
+    """A fresh step (`workers=fresh`): SIGTERM when the doit thread that started it, which waits for it, ends, as it
+    does when doit is killed (Linux prctl; elsewhere nothing). Then it checks it was not orphaned already."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() == 1:
+        os._exit(128 + signal.SIGTERM)
+
+
 # ---- the server process --------------------------------------------------------------------------------
 
 def serve(address: str, step, preload=()) -> None:
     """Import the stack, then fork a waiter per request until stdin closes; `step([function, kwargs])` is
-    the worker's main, run in each step's fork."""
+    the worker's main, run in each step's fork. Stdin closing without a STOP first means the doit that started
+    it is gone (killed): then every waiter and step it forked (its process group) gets SIGTERM with it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C stops doit and the steps; the server ends on EOF
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # waiters are reaped by the kernel
     for name in preload:   # absent ones skipped
@@ -130,10 +146,16 @@ def serve(address: str, step, preload=()) -> None:
     listener.bind("\0" + address)
     listener.listen(64)
     os.write(1, b"ready\n")
+    stopped = False
     while True:
         ready, _, _ = select.select([listener, 0], [], [])
-        if 0 in ready and not os.read(0, 4096):
-            return   # doit ended
+        if 0 in ready:
+            said = os.read(0, 4096)
+            stopped = stopped or STOP.strip() in said
+            if not said and stopped:
+                return   # doit ended its build
+            if not said:
+                os.killpg(0, signal.SIGTERM)   # doit was killed: no step outlives it (this server neither)
         if listener in ready:
             conn, _ = listener.accept()
             if os.fork() == 0:

@@ -7,11 +7,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from importlib import metadata
 
 from doit.tools import config_changed
 
 from toolchain import artifacts
+from toolchain.engine import versions
 from toolchain.engine.files import atomic_path, sha256, write_json
 from toolchain.engine.worker import load_module, run
 from toolchain.errors import StageFailed
@@ -19,7 +19,7 @@ from toolchain.shared.iorecord import io_record
 
 
 def tool_version() -> dict:
-    return {"torch": metadata.version("torch"), "onnxscript": metadata.version("onnxscript")}
+    return {"torch": versions.version("torch"), "onnxscript": versions.version("onnxscript")}
 
 
 def tasks(project):
@@ -140,7 +140,7 @@ def given(src: str, sha: str, out: str, record: str, io: dict, origin: str = "")
         else:
             shutil.copyfile(src, tmp)
     write_json(record, {"seconds": 0, "settings": {"onnx": origin or src, "sha256": sha}, "pinned": pinned,
-                        "onnx_sha256": sha256(out), "tool": {"onnx": metadata.version("onnx")},
+                        "onnx_sha256": sha256(out), "tool": {"onnx": versions.version("onnx")},
                         "commit": repo_commit()})
 
 

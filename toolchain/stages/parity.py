@@ -2,11 +2,10 @@
 on real inputs, once per model."""
 from __future__ import annotations
 
-from importlib import metadata
-
 from doit.tools import config_changed
 
 from toolchain import artifacts
+from toolchain.engine import versions
 from toolchain.engine.files import write_json
 from toolchain.engine.worker import load_module, run
 from toolchain.errors import StageFailed
@@ -17,7 +16,7 @@ from toolchain.stages import export, stream
 
 
 def tasks(project):
-    tool = {"torch": metadata.version("torch"), "onnxruntime": metadata.version("onnxruntime")}
+    tool = {"torch": versions.version("torch"), "onnxruntime": versions.version("onnxruntime")}
     for model in project.models:
         if not available(model):
             continue

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import tempfile
-from importlib import metadata
 
 from doit.tools import config_changed
 
 from toolchain import artifacts
+from toolchain.engine import versions
 from toolchain.engine.files import read_json, write_json
 from toolchain.engine.worker import load_module, run
 from toolchain.errors import StageFailed
@@ -20,7 +20,7 @@ from toolchain.stages import parity, stream
 
 
 def tasks(project):
-    tool = {"onnxruntime": metadata.version("onnxruntime")}
+    tool = {"onnxruntime": versions.version("onnxruntime")}
     for model in project.models:
         if not parity.rewritten(model):
             continue

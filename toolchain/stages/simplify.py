@@ -3,12 +3,12 @@ any (toolchain/rewrites: the unrewritten graph is kept beside it, for the rewrit
 from __future__ import annotations
 
 import time
-from importlib import metadata
 from pathlib import Path
 
 from doit.tools import config_changed
 
 from toolchain import artifacts
+from toolchain.engine import versions
 from toolchain.engine.files import atomic_path, write_json
 from toolchain.engine.worker import run
 from toolchain.errors import StageFailed
@@ -43,7 +43,7 @@ def _shown(rewrite) -> str:
 
 
 def tool_version() -> dict:
-    return {"onnxsim": metadata.version("onnxsim"), "onnx": metadata.version("onnx")}
+    return {"onnxsim": versions.version("onnxsim"), "onnx": versions.version("onnx")}
 
 
 def simplify(src: str, out: str, rewrite=(), unrewritten: str = "", record: str = ""):

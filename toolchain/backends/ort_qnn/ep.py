@@ -10,9 +10,9 @@ import re
 import sys
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 
+from toolchain.engine import versions
 from toolchain.engine.files import atomic_dir
 from toolchain.errors import StageFailed
 from toolchain.rewrites import library as rewrites
@@ -23,10 +23,15 @@ NOISE = re.compile(r"# LIBNATIVE|File mapped weights|EPContext encryption config
 
 
 def version() -> dict:
-    """Tool identity from package metadata: cheap enough for every `doit` start."""
+    """Tool identity from package metadata, read once per process (every task's settings hold it); a copy each."""
+    return dict(_version())
+
+
+@functools.cache
+def _version() -> dict:
     import onnxruntime_qnn.build_and_package_info as info
-    return {"onnxruntime": metadata.version("onnxruntime"),
-            "onnxruntime-qnn": metadata.version("onnxruntime-qnn"), "qairt": info.qnn_version}
+    return {"onnxruntime": versions.version("onnxruntime"),
+            "onnxruntime-qnn": versions.version("onnxruntime-qnn"), "qairt": info.qnn_version}
 
 
 def provider_options(chip: dict, optimization: int, graph_options=None) -> dict:
@@ -304,12 +309,12 @@ SAVER = "libQnnSaver.so"   # the QNN Saver backend: records the QNN API calls of
 
 
 def saver_library() -> str:
-    return str(Path(metadata.distribution("onnxruntime-qnn").locate_file("onnxruntime_qnn")) / SAVER)
+    return str(versions.folder("onnxruntime-qnn", "onnxruntime_qnn") / SAVER)
 
 
 @functools.cache
 def library_files() -> list[str]:
-    folder = Path(metadata.distribution("onnxruntime-qnn").locate_file("onnxruntime_qnn"))
+    folder = versions.folder("onnxruntime-qnn", "onnxruntime_qnn")
     return [str(folder / name) for name in LIBRARIES if (folder / name).is_file()]
 
 

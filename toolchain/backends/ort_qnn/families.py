@@ -14,13 +14,13 @@ import subprocess
 import sys
 import tomllib
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 from doit.tools import config_changed
 
 from toolchain import artifacts
 from toolchain.backends.ort_qnn import ep
+from toolchain.engine import versions
 from toolchain.engine.files import write_json
 from toolchain.engine.worker import in_process
 from toolchain.errors import StageFailed
@@ -54,7 +54,7 @@ class Family:
 
     def packages(self) -> list[str]:
         return [f"onnxruntime-qnn=={self.onnxruntime_qnn}", f"onnxruntime=={self.onnxruntime}",
-                *[f"{name}=={metadata.version(name)}" for name in SHARED]]
+                *[f"{name}=={versions.version(name)}" for name in SHARED]]
 
     def replay(self) -> dict:
         """What the design card's per-chip step does differently for this family (compile.py, context.py)."""

@@ -14,12 +14,11 @@ to its float embeddings (CPU emulation of the QDQ graph; 0.982 on the HTP simula
 at the same size (measured on the default verification sentences)."""
 from __future__ import annotations
 
-from importlib import metadata
-
 from doit.tools import config_changed
 
 from toolchain import artifacts
 from toolchain.backends.ort_qnn import ep
+from toolchain.engine import versions
 from toolchain.engine.files import atomic_path
 from toolchain.engine.worker import run
 from toolchain.stages import calibrate, parity
@@ -29,7 +28,7 @@ SETTINGS = {"activation_type": "QUInt16", "weight_type": "QUInt8", "per_channel"
 
 
 def tasks(project):
-    tool = {"onnxruntime": metadata.version("onnxruntime"), "onnx": metadata.version("onnx")}
+    tool = {"onnxruntime": versions.version("onnxruntime"), "onnx": versions.version("onnx")}
     for model in project.models_of(ep.NAME):
         for graph in model.graphs:
             if graph.precision != "w8a16":
