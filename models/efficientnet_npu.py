@@ -4,7 +4,7 @@ import os
 import numpy as np
 import torch
 
-from toolchain.export import torch_to_onnx
+from toolchain.modelkit import torch_to_onnx
 
 ARCH = "efficientnet-lite0"
 IMAGE_SIZE = 224  # the 'same' padding of every conv is computed for this size, so it is fixed at export

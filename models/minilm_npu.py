@@ -8,7 +8,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from toolchain.export import torch_to_onnx
+from toolchain.modelkit import torch_to_onnx
 
 SEQ_LEN = 128  # fixed token window; shorter sentences are padded, longer ones truncated
 # Score of a padded key: finite and fp16-representable, unlike the -3.4e38 transformers uses. A w8a16

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from toolchain.export import torch_to_onnx
+from toolchain.modelkit import read_wav, torch_to_onnx
 
 RATE = 16000
 CHUNK = 512                 # new samples per call (silero's window at 16 kHz)
@@ -164,7 +164,6 @@ def samples(data_dir: str) -> list[tuple]:
 def _pieces(sample: tuple) -> list[tuple[str, np.ndarray]]:
     """(name, audio) of each part in order: the clip id, or "silence" with its seeded noise."""
     clip_id, data_dir, parts, files = sample
-    from toolchain.audio import read_wav
     rng = np.random.default_rng(zlib.crc32(clip_id.encode()))   # one fixed seed per composite
     sigma = 10 ** (SILENCE_DBFS / 20)
     found = []

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from toolchain.export import torch_to_onnx
+from toolchain.modelkit import read_wav, torch_to_onnx
 
 N_CTX = 448  # decoder self-attention cache slots (Whisper's n_text_ctx)
 # Score of a masked key: finite and fp16-representable, unlike -inf / -1e9. A w8a16 graph declares a
@@ -242,20 +242,9 @@ def export(checkpoint: str, graph: str, out: str, settings: dict) -> None:
 def _mel(wav: str | None) -> np.ndarray:
     """Whisper log-mel [1,80,3000] of a 16 kHz PCM16 wav (None: silence), padded/trimmed to 30 s."""
     from whisper.audio import log_mel_spectrogram, pad_or_trim
-    audio = _read_wav(wav) if wav else np.zeros(1, np.float32)
+    audio = read_wav(wav) if wav else np.zeros(1, np.float32)
     mel = log_mel_spectrogram(torch.from_numpy(pad_or_trim(audio)))
     return mel.numpy()[None].astype(np.float32)
-
-
-def _read_wav(path: str) -> np.ndarray:
-    """Mono float32 samples of a 16 kHz PCM16 wav. The stdlib reader, not libsndfile: soundfile
-    segfaults once the QNN HTP libraries are loaded in the same process (the simulator runs)."""
-    import wave
-    with wave.open(path, "rb") as w:
-        if w.getframerate() != 16000 or w.getsampwidth() != 2:
-            raise ValueError(f"{path}: {w.getframerate()} Hz, {8 * w.getsampwidth()}-bit; expected 16 kHz PCM16")
-        data = np.frombuffer(w.readframes(w.getnframes()), "<i2").reshape(-1, w.getnchannels())
-    return (data.astype(np.float32) / 32768.0).mean(axis=1)
 
 
 def _step_feeds(token: int, pos: int, enc: dict, k=None, v=None, n_ctx: int = N_CTX) -> dict[str, np.ndarray]:

@@ -20,9 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from toolchain import sherpa_whisper
-from toolchain.export import torch_to_onnx
-from toolchain.worker import load_module
+from toolchain.modelkit import load_module, read_wav, sherpa_whisper, torch_to_onnx
 
 # The weights, the checkpoint conversion and the clips are whisper_npu's: one source of truth.
 _npu = load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "whisper_npu.py"))
@@ -189,7 +187,7 @@ def features(wav: str | None) -> np.ndarray:
     """Normalised log-mel (frames, 80) of the clip, unpadded: what sherpa's Whisper front end hands the
     model (NormalizeWhisperFeatures: log10, max-8 floor, (x+4)/4); the model pads with 0 to 30 s."""
     from whisper.audio import log_mel_spectrogram
-    audio = _npu._read_wav(wav) if wav else np.zeros(16000, np.float32)
+    audio = read_wav(wav) if wav else np.zeros(16000, np.float32)
     return log_mel_spectrogram(torch.from_numpy(audio)).numpy().T.astype(np.float32)
 
 

@@ -3,7 +3,9 @@ functions, functions named by strings, branches on a compiler's name, places tha
 that reads something of a model or QNN, a compiler imported by name outside backends/, import hooks, and the
 model-code API imported by the toolchain itself, and loads that would unpickle (run) what a file says: torch.load
 without weights_only=True, numpy.load with allow_pickle=True, pickle/dill/joblib loads (in toolchain/ and models/:
-anything a step loads may come from a shared cache; docs/scale.md, "Trust").
+anything a step loads may come from a shared cache; docs/scale.md, "Trust"); functions called on a model file that
+modelkit.ModelCode does not list, model code (models/, test fixtures) importing more of the toolchain than modelkit,
+and re-export shims.
 
     python tests/architecture.py [ROOT]    # prints the counts as JSON (ROOT: a checkout, default this one)
 
@@ -36,8 +38,7 @@ QNN_WORDS = re.compile(r"(?i)qnn|htp|onnx|torch|qairt|hexagon|snapdragon|\bsoc\b
 PROJECT_VARIABLE = re.compile(r"^QNN_[A-Z_]+$")
 # The compilers' own code: no module outside backends/ (but the registry's users) imports one by name.
 REGISTRY_USERS = {"toolchain.pipeline", "toolchain.project"}
-MODEL_API = {"toolchain.modelkit", "toolchain.export", "toolchain.worker", "toolchain.audio",
-             "toolchain.sherpa_whisper"}   # for models/*.py: the toolchain itself never imports these
+MODEL_API = {"toolchain.modelkit"}   # for models/*.py (and only this): the toolchain itself never imports it
 FUNCTION_STRING = re.compile(r"^toolchain(\.\w+)+:\w+$")
 
 
@@ -181,6 +182,54 @@ def unsafe_loads(path: Path) -> list[int]:
     return found
 
 
+def model_hooks(root: Path) -> set[str]:
+    """The members of modelkit.ModelCode: every function of a model file the build may call (read with ast)."""
+    path = root / "toolchain" / "modelkit.py"
+    tree = ast.parse(path.read_text()) if path.is_file() else ast.Module(body=[], type_ignores=[])
+    return {f.name for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "ModelCode"
+            for f in c.body if isinstance(f, ast.FunctionDef)}
+
+
+def hooks_called(path: Path) -> list[tuple[int, str]]:
+    """(line, name) of each function the module calls on a model file: `module.<name>`, `load_module(...).<name>`,
+    hasattr/getattr(module, "<name>"), in a module that loads model code (load_module)."""
+    text = path.read_text()
+    if "load_module(" not in text:
+        return []
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Attribute) and not node.attr.startswith("__") and (
+                (isinstance(node.value, ast.Name) and node.value.id == "module")
+                or (isinstance(node.value, ast.Call) and getattr(node.value.func, "id", "") == "load_module")):
+            found.append((node.lineno, node.attr))
+        elif (isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("hasattr", "getattr")
+              and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id == "module"
+              and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+            found.append((node.lineno, node.args[1].value))
+    return found
+
+
+def imports_beyond_modelkit(path: Path) -> list[str]:
+    """The toolchain modules a model file (or a test fixture) imports besides toolchain.modelkit."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+        if isinstance(node, ast.ImportFrom) and node.module == "toolchain":
+            names = [f"toolchain.{a.name}" for a in node.names]
+        found += [n for n in names if n.split(".")[0] == "toolchain" and n != "toolchain.modelkit"]
+    return found
+
+
+def is_shim(path: Path) -> bool:
+    """A module that only re-exports other modules' names: imports and an __all__ naming them, nothing else."""
+    body = ast.parse(path.read_text()).body
+    plain = [n for n in body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    exports = [n for n in plain
+               if isinstance(n, ast.Assign) and [getattr(t, "id", "") for t in n.targets] == ["__all__"]]
+    return bool(exports) and all(isinstance(n, (ast.Import, ast.ImportFrom)) or n in exports for n in plain)
+
+
 def measure(root: Path) -> dict:
     known = modules(root)
     graph, hidden, upward, function_strings, branches = {}, [], [], [], {}
@@ -213,6 +262,12 @@ def measure(root: Path) -> dict:
             branches[name] = compiler_branches(path)
     unpickling = [f"{p.relative_to(root)}:{line}" for p in [*known.values(), *sorted(root.glob("models/**/*.py"))]
                   for line in unsafe_loads(p)]
+    members = model_hooks(root)
+    undocumented = [f"{p.relative_to(root)}:{line}: {name}" for p in known.values()
+                    for line, name in sorted(hooks_called(p)) if name not in members]
+    model_code = [*sorted(root.glob("models/**/*.py")), *sorted(root.glob("tests/fixtures/**/*.py"))]
+    beyond = [f"{p.relative_to(root)} -> {t}" for p in model_code for t in imports_beyond_modelkit(p)]
+    shims = [name for name, p in known.items() if name.count(".") >= 1 and is_shim(p)]
     listing = [str(p.relative_to(root)) for p in [*known.values(), root / "dodo.py"]
                if p.is_file() and len(stages_named(p)) >= LISTS_STAGES]
     return {"modules": len(known), "top_level_modules": sum(1 for n in known if n.count(".") == 1),
@@ -221,7 +276,9 @@ def measure(root: Path) -> dict:
             "compiler_name_branches": sum(len(v) for v in branches.values()), "compiler_name_branch_files": branches,
             "places_listing_the_stages": listing, "engine_reads_a_model_or_qnn": engine_reads,
             "compilers_imported_by_name": compiler_imports, "import_hooks": hooks,
-            "model_api_imported_by_the_toolchain": model_api, "loads_that_unpickle": unpickling}
+            "model_api_imported_by_the_toolchain": model_api, "loads_that_unpickle": unpickling,
+            "undocumented_model_hooks": undocumented, "model_code_importing_more_than_modelkit": beyond,
+            "shims": shims}
 
 
 if __name__ == "__main__":

@@ -57,19 +57,17 @@ def test_nothing_is_loaded_in_a_way_that_unpickles():
     assert SHAPE["loads_that_unpickle"] == []
 
 
-def test_the_model_api_names_resolve_as_plain_modules():
-    """What model code imports are files an editor opens (no alias made at import time), and the old names give
-    the very objects toolchain.modelkit gives (one StageFailed class whichever name raised it)."""
+def test_the_model_api_is_one_plain_module_and_its_hooks_are_the_builds():
+    """What model code imports is one file an editor opens; every function the toolchain calls on a model file is a
+    member of modelkit.ModelCode, and model code imports nothing else of the toolchain; no re-export shim is left."""
     import importlib.util
 
-    from toolchain import audio, export, modelkit, sherpa_whisper, worker
-    for name in ("toolchain.modelkit", "toolchain.export", "toolchain.worker", "toolchain.audio",
-                 "toolchain.sherpa_whisper"):
-        found = importlib.util.find_spec(name)
-        assert found.origin == str(ROOT / (name.replace(".", "/") + ".py"))
-    assert export.torch_to_onnx is modelkit.torch_to_onnx and audio.read_wav is modelkit.read_wav
-    assert worker.StageFailed is modelkit.StageFailed and worker.load_module is modelkit.load_module
-    assert sherpa_whisper.recognize is modelkit.sherpa_whisper.recognize
+    from toolchain import modelkit
+    assert importlib.util.find_spec("toolchain.modelkit").origin == str(ROOT / "toolchain/modelkit.py")
+    assert {"export", "torch_runner", "graph_feeds", "agree", "transcribe"} <= set(modelkit.HOOKS)
+    assert SHAPE["undocumented_model_hooks"] == []
+    assert SHAPE["model_code_importing_more_than_modelkit"] == []
+    assert SHAPE["shims"] == []
 
 
 def test_the_measures_can_fail(tmp_path):
@@ -97,12 +95,18 @@ def test_the_measures_can_fail(tmp_path):
     (pkg / "phone" / "device.py").write_text("from toolchain.backends import qairt\nimport sys\n"
                                              "sys.meta_path.append(None)\n")
     (pkg / "stages" / "report.py").write_text("from toolchain import modelkit\n")
+    (pkg / "modelkit.py").write_text("class ModelCode:\n    def export(self): ...\n")
+    (pkg / "stages" / "parity.py").write_text("module = load_module(path)\nmodule.export()\nmodule.secret()\n"
+                                             "hasattr(module, 'hidden')\n")
+    (pkg / "stages" / "old_name.py").write_text('"""A shim."""\nfrom toolchain.stages.parity import export\n'
+                                                '__all__ = ["export"]\n')
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "mine.py").write_text(
         "import numpy as np, pickle, torch\n"
         "a = torch.load('m.pt')\nb = torch.load('m.pt', weights_only=False)\n"
         "c = torch.load('m.pt', weights_only=True)\n"
-        "d = np.load('x.npz', allow_pickle=True)\ne = np.load('x.npz')\nf = pickle.loads(b'')\n")
+        "d = np.load('x.npz', allow_pickle=True)\ne = np.load('x.npz')\nf = pickle.loads(b'')\n"
+        "from toolchain.worker import load_module\n")
     (tmp_path / "dodo.py").write_text("")
     shape = measure(tmp_path)
     assert shape["engine_reads_a_model_or_qnn"] == ["toolchain.engine.cache -> toolchain.artifacts",
@@ -120,3 +124,7 @@ def test_the_measures_can_fail(tmp_path):
     assert shape["places_listing_the_stages"] == ["toolchain/spec/x.py"]
     assert shape["loads_that_unpickle"] == ["models/mine.py:2", "models/mine.py:3", "models/mine.py:5",
                                             "models/mine.py:7"]
+    assert shape["undocumented_model_hooks"] == ["toolchain/stages/parity.py:3: secret",
+                                                 "toolchain/stages/parity.py:4: hidden"]
+    assert shape["model_code_importing_more_than_modelkit"] == ["models/mine.py -> toolchain.worker"]
+    assert shape["shims"] == ["toolchain.stages.old_name"]

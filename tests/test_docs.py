@@ -278,6 +278,29 @@ def _checkout(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def documented_hooks(doc: Path = ROOT / "docs/add-a-model.md") -> list[str]:
+    """The functions of docs/add-a-model.md's "The module" table (its first column's names)."""
+    section = re.split(r"\n##+ ", doc.read_text().split("## The module", 1)[1], maxsplit=1)[0]
+    return [m.group(1) for m in re.finditer(r"^\| `(\w+)\(", section, re.M)]
+
+
+def protocol_members(path: Path = ROOT / "toolchain/modelkit.py") -> list[str]:
+    """The methods of modelkit.ModelCode, in order (read with ast)."""
+    tree = ast.parse(path.read_text())
+    return [f.name for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "ModelCode"
+            for f in c.body if isinstance(f, ast.FunctionDef)]
+
+
+def test_the_model_code_table_is_the_protocol():
+    assert documented_hooks() and sorted(documented_hooks()) == sorted(protocol_members())
+
+
+def test_the_model_code_check_reports_drift(tmp_path):
+    doc = tmp_path / "add.md"
+    doc.write_text("## The module\n\n| `export(c, g, o, s)` | x |\n| `secret(x)` | y |\n\n## Next\n| `z()` |\n")
+    assert documented_hooks(doc) == ["export", "secret"]
+
+
 def test_extractor_reports_a_missing_citation(tmp_path):
     root = _checkout(tmp_path)
     (root / "docs/guide.md").write_text(

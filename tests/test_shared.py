@@ -9,17 +9,17 @@ def test_the_projects_wav_reader_for_model_code(tmp_path):
 
     import numpy as np
 
-    import toolchain.audio
+    from toolchain.modelkit import read_wav
     samples = (np.sin(np.arange(1600) / 10) * 16000).astype("<i2")
     with wave.open(str(tmp_path / "a.wav"), "wb") as w:
         w.setnchannels(2)
         w.setsampwidth(2)
         w.setframerate(16000)
         w.writeframes(np.stack([samples, samples], axis=1).tobytes())
-    got = toolchain.audio.read_wav(tmp_path / "a.wav")
+    got = read_wav(tmp_path / "a.wav")
     assert got.dtype == np.float32 and np.allclose(got, samples / 32768.0)
     with pytest.raises(ValueError, match="a.wav: 16000 Hz; expected 8000 Hz"):
-        toolchain.audio.read_wav(tmp_path / "a.wav", rate=8000)
+        read_wav(tmp_path / "a.wav", rate=8000)
 
 
 def test_graph_feeds_that_leave_a_graph_out_is_an_error():

@@ -5,6 +5,5 @@ it all (worker, cache, limits, stamps) knowing nothing of QNN or a model, qnn/ h
 a model's samples on the CPU, the I/O record, WAV files). errors.py: the exceptions a user sees; artifacts.py:
 where every stage writes in build/; pipeline.py lists the stages.
 
-Model code (models/*.py) imports toolchain.modelkit; toolchain.export, .worker, .audio and .sherpa_whisper are
-the names it imported before, kept as plain re-exports so a model's own files (dependencies of its tasks)
-need no edit."""
+Model code (models/*.py) imports toolchain.modelkit, and only that; modelkit.ModelCode lists every function of a
+model file the build calls."""

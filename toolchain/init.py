@@ -27,7 +27,8 @@ def project(folder: str | Path) -> list[str]:
     for template, rel in FILES.items():
         if rel != FILES["example.toml.in"]:
             (root / rel).write_text((TEMPLATE / template).read_text())
-    load_module(str(root / FILES["example.py.in"])).make_checkpoint(str(root / CHECKPOINT))
+    example = load_module(str(root / FILES["example.py.in"]))   # the template's own helper, not a hook of the build
+    example.make_checkpoint(str(root / CHECKPOINT))
     spec = (TEMPLATE / "example.toml.in").read_text().replace("@SHA256@", sha256(root / CHECKPOINT))
     (root / FILES["example.toml.in"]).write_text(spec)
     return [*FILES.values(), CHECKPOINT]

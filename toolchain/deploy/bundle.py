@@ -3,7 +3,6 @@ runtime contract holds) and a bundle record of what was shipped, what was not, a
 from __future__ import annotations
 
 import json
-import re
 import tempfile
 from pathlib import Path
 
@@ -19,13 +18,12 @@ from toolchain.shared import modeldata
 from toolchain.shared.iorecord import io_record
 
 FORMAT = 2                                          # bump when a bundle's layout changes: every bundle rebuilds
-TOKENS_HOOK = re.compile(r"^def write_tokens\(", re.M)   # models/<m>.py may write a tokens.txt
 KINDS = {"ort_out": "onnxruntime", "sherpa_out": "sherpa-onnx"}
 
 
 def plan(model) -> dict:
     """What can ship, decided from the spec (so targets are known before anything runs)."""
-    tokens = bool(TOKENS_HOOK.search(Path(model.module_file).read_text()))
+    tokens = modeldata.defines(model.module_file, "write_tokens")   # models/<m>.py may write a tokens.txt
     graphs = {g.name: model.backend.runtime_view(g) for g in model.graphs}
     family, reasons = sherpa.problems(model.name, graphs, tokens)
     ort = None if model.backend.emits_context_model else (

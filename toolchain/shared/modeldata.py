@@ -2,12 +2,26 @@
 and onnxruntime's CPU run of a graph (the reference every compiler is held to)."""
 from __future__ import annotations
 
+import ast
 import inspect
 from pathlib import Path
 
 import numpy as np
 
 from toolchain.errors import StageFailed
+
+
+def defines(module_file: str, name: str) -> bool:
+    """Whether a model file defines `name` at its top level (a function, an assignment or an import), read with ast:
+    doit's own process decides a task's shape from it without importing the model's code."""
+    tree = ast.parse(Path(module_file).read_bytes())
+    names = [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            names += [n.id for target in node.targets for n in ast.walk(target) if isinstance(n, ast.Name)]
+        elif isinstance(node, ast.ImportFrom):
+            names += [alias.asname or alias.name for alias in node.names]
+    return name in names
 
 
 def data_files(data_dir: str | None) -> list[str]:

@@ -1,10 +1,8 @@
 """Original checkpoint -> the model code's PyTorch checkpoint, once per model, pinned by sha256."""
 from __future__ import annotations
 
-import ast
 import os
 import shutil
-from pathlib import Path
 
 from doit.tools import config_changed
 
@@ -12,6 +10,7 @@ from toolchain import artifacts
 from toolchain.engine.files import atomic_path, sha256
 from toolchain.engine.worker import load_module, run
 from toolchain.errors import StageFailed
+from toolchain.shared import modeldata
 from toolchain.stages import export
 
 DOC = "verify the pinned checkpoint's sha256 and convert it for the export code"
@@ -77,11 +76,4 @@ def restored(staged: dict, out: str, pinned: str, module_file: str) -> list[str]
 
 def converts(module_file: str) -> bool:
     """Whether the model code defines prepare_checkpoint (read, not imported: doit's process stays light)."""
-    tree = ast.parse(Path(module_file).read_bytes())
-    names = [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
-    for node in tree.body:
-        if isinstance(node, ast.Assign):
-            names += [n.id for target in node.targets for n in ast.walk(target) if isinstance(n, ast.Name)]
-        elif isinstance(node, ast.ImportFrom):
-            names += [alias.asname or alias.name for alias in node.names]
-    return "prepare_checkpoint" in names
+    return modeldata.defines(module_file, "prepare_checkpoint")
