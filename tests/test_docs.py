@@ -1,6 +1,7 @@
 """Docs that match the code (issue 24, item 5).
 
-- Every file a doc (any .md of the repo) or a Python comment or docstring cites is in the checkout, so a reader
+- Every file a doc (any .md of the repo), a Python comment or docstring, or a TOML comment cites is in the checkout,
+  and every dotted toolchain name it gives (`toolchain.stages.verify`) is a module of it (or a name in one), so a reader
   of it can open it: paths under the checkout's own folders (or a toolchain wing, or `../`), any bare .md name,
   any bare .py name. URLs, upstream repositories' paths and the few names in BARE / EXAMPLES are left alone.
 - docs/architecture.md's compiler-surface table names exactly the public members of `Backend` in
@@ -70,6 +71,8 @@ def cited_text(path: Path) -> list[tuple[int, str]]:
     text = path.read_text(errors="replace")
     if path.suffix == ".md":
         return list(enumerate(text.splitlines(), 1))
+    if path.suffix == ".toml":   # its comments (a `#` inside a string is rare enough in these files to ignore)
+        return [(n, line[line.index("#"):]) for n, line in enumerate(text.splitlines(), 1) if "#" in line]
     lines = text.splitlines()
     found = []
     try:
@@ -146,10 +149,26 @@ def unresolved(root: Path = ROOT) -> list[str]:
     """'file:line: cited' for every citation of a .md or .py file under `root` that does not resolve."""
     files = repo_files(root)
     bad = []
-    for rel in (f for f in files if f.endswith((".md", ".py"))):
+    for rel in (f for f in files if f.endswith((".md", ".py", ".toml"))):
         for number, line in cited_text(root / rel):
             bad += [f"{rel}:{number}: {c}" for c in citations(line) if not resolves(c, rel, files)]
+            bad += [f"{rel}:{number}: {d}" for d in DOTTED.findall(line) if not module_resolves(d, files)]
     return bad
+
+
+# A dotted name of the toolchain (`toolchain.stages.verify`, `toolchain.modelkit.read_wav`): its module must exist.
+DOTTED = re.compile(r"(?<![\w./])(toolchain(?:\.\w+)+)")
+
+
+def module_resolves(dotted: str, files: list[str]) -> bool:
+    """Whether the longest module prefix of a dotted name is a module or package of the checkout, and what follows
+    it is at most one name in it (a function, a class, a constant)."""
+    parts = dotted.split(".")
+    for end in range(len(parts), 0, -1):
+        path = "/".join(parts[:end])
+        if f"{path}.py" in files or f"{path}/__init__.py" in files:
+            return len(parts) - end <= 1
+    return False
 
 
 # ---- docs/architecture.md against the code --------------------------------------------------------------------

@@ -2,7 +2,7 @@
 and offline-recognizer-whisper-tpl-impl.h at k2-fsa/sherpa-onnx 634265c9).
 
 It drives two graphs through the small interface of sherpa's QnnModel (input/output names, shapes as the
-binary reports them, set_input / run / output): `toolchain.qnnrun.QnnModel` over a context binary (the QNN
+binary reports them, set_input / run / output): `toolchain.qnn.qnnrun.QnnModel` over a context binary (the QNN
 C API, as the app does), or `GraphRun` over any run(graph, feeds) callback (CPU ONNX, PyTorch) for the
 reference. Same code, same bookkeeping, so a difference in the transcript is a difference of the graphs."""
 from __future__ import annotations
