@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolchain import backends, spec
+from toolchain.backends.base import Backend
 from toolchain.deploy import sherpa_run
 from toolchain.errors import SpecError
 from toolchain.rewrites import library as rewrites
@@ -97,9 +98,10 @@ def with_backends(models, chips: dict, qairt: str = "") -> tuple:
     auto = backends.choose_auto() if any(m.toolchain == AUTO for m in models) else None
     if auto:
         print(f'toolchain = "auto" -> {auto[0]}: {auto[1]}')
-    instances, resolved = {}, []
+    instances: dict[str, Backend] = {}
+    resolved = []
     for model in models:
-        name = auto[0] if model.toolchain == AUTO else model.toolchain
+        name = auto[0] if auto and model.toolchain == AUTO else model.toolchain
         if name not in backends.REGISTRY:
             close = difflib.get_close_matches(name, backends.REGISTRY, n=1)
             hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join([*backends.REGISTRY, AUTO])}"

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 
 from toolchain.backends import ort_qnn, qairt
+from toolchain.backends.base import Backend
 from toolchain.qnn import sdk
 
-REGISTRY = {
+REGISTRY: dict[str, type[Backend]] = {
     ort_qnn.NAME: ort_qnn.Backend,   # embedded: onnxruntime-qnn's compiler and simulator (the default)
     qairt.NAME: qairt.Backend,       # the QAIRT SDK at $QNN_SDK_ROOT, as sherpa-onnx's CI runs it
 }

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from toolchain.stages import Stage
+
 
 class Backend(ABC):
     name = ""                    # what a spec's `toolchain =` says; names build/<model>/<name>/
     binary_suffix = ""           # <graph><suffix>.bin: the file name the compiler gives a context binary
     emits_context_model = False  # writes an onnxruntime EPContext .onnx beside each binary
     calibration_layout = "onnx"  # "onnx" or "qnn": the axes order its quantizer reads raw calibration files in
-    stages = ()                  # its own toolchain/stages.Stage records, in run order (pipeline.py places them)
+    stages: tuple[Stage, ...] = ()   # its own toolchain/stages.Stage records, in run order (pipeline.py places them)
 
     def preflight(self, models, chips: dict) -> None:
         """Check at load time, before any task runs, what the models need of this compiler; raise SpecError."""

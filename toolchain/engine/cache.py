@@ -120,7 +120,7 @@ def code_digest(module: str) -> dict:
             continue
         found[str(path.relative_to(CODE))] = sha256(path)
         for node in ast.walk(ast.parse(path.read_bytes())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == CODE.name:
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == CODE.name:
                 todo += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
             elif isinstance(node, ast.Import):
                 todo += [a.name for a in node.names if a.name.split(".")[0] == CODE.name]

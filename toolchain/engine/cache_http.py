@@ -26,6 +26,7 @@ import threading
 import time
 import urllib.parse
 from pathlib import Path
+from typing import Any
 
 from toolchain.engine import paths
 from toolchain.engine.cache_store import MAX_ENTRY, Store, Unreachable, _warn, bounded
@@ -43,29 +44,29 @@ class HttpStore(Store):
 
     def __init__(self, url: str, upload: bool = True):
         parts = urllib.parse.urlsplit(url)
-        netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
+        netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
         self.base = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
         self.name = self.base   # what messages say: no credentials
         self.headers = _auth(parts)
         self.timeout = float(os.environ.get(TIMEOUT) or 5)
         self.https = parts.scheme == "https"
         self.upload = upload   # False: a read-only client (the base's save() stores nothing then)
-        self._opener = None   # built by the first request: refuses redirects, verifies TLS
+        self._opener: Any = None   # built by the first request: refuses redirects, verifies TLS
         self.bad: set[str] = set()   # blobs that failed their hash on restore: rewritten on save
 
-    def entry(self, key: str) -> str:
+    def entry_url(self, key: str) -> str:   # the server's path of an entry (the folder's entry() is a file)
         return f"/ac/{key}"
 
-    def blob(self, digest: str) -> str:
+    def blob_url(self, digest: str) -> str:
         return f"/cas/{digest}"
 
     # ---- the protocol
     def read_entry(self, key: str) -> bytes | None:
-        with self._request("GET", self.entry(key)) as answer:
+        with self._request("GET", self.entry_url(key)) as answer:
             return None if answer is None else bounded(answer.read(MAX_ENTRY + 1), f"entry {key}")
 
     def write_entry(self, key: str, data: bytes) -> None:
-        self._put(self.entry(key), data, len(data))
+        self._put(self.entry_url(key), data, len(data))
 
     def drop_entry(self, key: str) -> None:
         """DELETE the entry where the server allows it (nginx's WebDAV); elsewhere (bazel-remote) the
@@ -73,7 +74,7 @@ class HttpStore(Store):
         if not self.upload:
             return
         try:
-            with self._request("DELETE", self.entry(key), quiet=True):
+            with self._request("DELETE", self.entry_url(key), quiet=True):
                 pass
         except Unreachable:
             pass
@@ -81,7 +82,7 @@ class HttpStore(Store):
     def has_blob(self, digest: str) -> bool:
         if digest in self.bad:
             return False
-        with self._request("HEAD", self.blob(digest)) as answer:
+        with self._request("HEAD", self.blob_url(digest)) as answer:
             return answer is not None
 
     def fetch_blob(self, digest: str, out: str, size: int) -> str:
@@ -93,7 +94,7 @@ class HttpStore(Store):
         fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
         try:
             hasher, left = hashlib.sha256(), size + 1
-            with os.fdopen(fd, "wb") as f, self._request("GET", self.blob(digest)) as answer:
+            with os.fdopen(fd, "wb") as f, self._request("GET", self.blob_url(digest)) as answer:
                 if answer is None:
                     raise ValueError(f"blob {digest} is not on the server")
                 announced = answer.headers.get("Content-Length", "")
@@ -119,7 +120,7 @@ class HttpStore(Store):
 
     def put_blob(self, digest: str, src: str) -> None:
         with open(src, "rb") as f:
-            self._put(self.blob(digest), f, os.path.getsize(src))
+            self._put(self.blob_url(digest), f, os.path.getsize(src))
         self.bad.discard(digest)
 
     # ---- requests, time-outs, the down marker

@@ -176,7 +176,7 @@ def _copy(src: str | Path, dst: str | Path, digest: str, replace: bool = False, 
                     left -= len(block)
                     if left == 0:
                         raise ValueError(f"{src} is larger than the {size} bytes its entry records: cut off")
-        if size is not None and left != 1:
+        if size is not None and left is not None and left != 1:
             raise ValueError(f"{src} has {size + 1 - left} bytes, its entry records {size}")
         if hasher.hexdigest() != digest:
             raise ValueError(f"{src} has sha256 {hasher.hexdigest()}, recorded {digest}")

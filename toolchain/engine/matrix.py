@@ -36,7 +36,8 @@ def units(tasks, stages: list[str]) -> tuple[dict[str, list[str]], dict[str, lis
     """({model: chip-independent task names}, {model@CHIP: chip task names}) of the given stages, in
     doit's order, read from the names: <stage>:<model>[/<graph>] and <stage>:<model>[/<graph>]@<CHIP>.
     A task that is nobody's subtask (report) belongs to the final `doit` job."""
-    models, chips = {}, {}
+    models: dict[str, list[str]] = {}
+    chips: dict[str, list[str]] = {}
     for task in tasks:
         stage, _, rest = task.name.partition(":")
         if task.subtask_of is None or stage not in stages or not task.actions:

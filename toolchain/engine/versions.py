@@ -19,4 +19,4 @@ def version(distribution: str) -> str:
 @functools.cache
 def folder(distribution: str, inner: str) -> Path:
     """Where an installed distribution keeps `inner` (a package folder or file), found from its metadata."""
-    return Path(metadata.distribution(distribution).locate_file(inner))
+    return Path(str(metadata.distribution(distribution).locate_file(inner)))

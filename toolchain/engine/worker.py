@@ -186,9 +186,11 @@ def load_module(path: str):
     import importlib.util
     name = "model_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_").replace(".", "_")
     cached = sys.modules.get(name)
-    if cached is not None and os.path.samefile(cached.__file__, path):   # same name, other folder: reload
+    if cached is not None and cached.__file__ and os.path.samefile(cached.__file__, path):   # other folder: reload
         return cached
     spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path}: not a Python file to import")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import threading
 import traceback
+from typing import IO
 
 ENV, VAR = "QNN_WORKERS", "workers"
 SERVE = "--serve"   # `python -m toolchain.engine.worker --serve ADDRESS` starts a server (worker.py knows the step)
@@ -55,7 +56,10 @@ class Server:
                                          self.address, *preload],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=os.getcwd(),
                                         start_new_session=True)
-        line = self.process.stdout.readline()
+        stdin, out = self.process.stdin, self.process.stdout   # both pipes, as asked for just above
+        assert stdin is not None and out is not None
+        self.stdin: IO[bytes] = stdin
+        line = out.readline()
         if line.strip() != b"ready":
             self.stop()
             raise OSError(f"fork server did not start (said {line[:200]!r})")
@@ -76,8 +80,8 @@ class Server:
 
     def stop(self) -> None:
         with contextlib.suppress(OSError):
-            self.process.stdin.write(STOP)   # a clean stop: steps it started finish on their own
-            self.process.stdin.close()       # (EOF without it: doit is gone, and the server ends its steps)
+            self.stdin.write(STOP)   # a clean stop: steps it started finish on their own
+            self.stdin.close()       # (EOF without it: doit is gone, and the server ends its steps)
         self.process.wait()
 
 
@@ -148,7 +152,7 @@ def serve(address: str, step, preload=()) -> None:
     os.write(1, b"ready\n")
     stopped = False
     while True:
-        ready, _, _ = select.select([listener, 0], [], [])
+        ready, _, _ = select.select([listener.fileno(), 0], [], [])
         if 0 in ready:
             said = os.read(0, 4096)
             stopped = stopped or STOP.strip() in said
@@ -156,7 +160,7 @@ def serve(address: str, step, preload=()) -> None:
                 return   # doit ended its build
             if not said:
                 os.killpg(0, signal.SIGTERM)   # doit was killed: no step outlives it (this server neither)
-        if listener in ready:
+        if listener.fileno() in ready:
             conn, _ = listener.accept()
             if os.fork() == 0:
                 listener.close()

@@ -8,6 +8,7 @@ import math
 import re
 import tomllib
 from pathlib import Path
+from typing import Any
 
 from toolchain.errors import SpecError
 from toolchain.spec.graphs import graph as _graph
@@ -99,7 +100,7 @@ def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
     verify_settings = _verify(verify_table, chip_names, data_dir)
     metric = _metric(top.sub("metric", required=False))
     graphs = _graphs(top, checkpoint, chip_names, chips, here)
-    given_only = checkpoint is None and all(g.source[0] == "onnx" for g in graphs)
+    given_only = checkpoint is None and all(g.source and g.source[0] == "onnx" for g in graphs)
     parity_settings = _parity(parity_table, given_only)
 
     description = top.opt("description", str, "")
@@ -197,7 +198,7 @@ VERIFY_BOUNDS = {"max_rel": 0.02, "max_rel_w8a16": 0.1, "min_cosine": 0.0}
 
 
 def _verify(verify: Table, chip_names: tuple, data_dir: str | None) -> dict:
-    settings = {"clips": tuple(verify.opt("clips", list, [])),
+    settings: dict[str, Any] = {"clips": tuple(verify.opt("clips", list, [])),
                 **{key: verify.number(key, default) for key, default in VERIFY_BOUNDS.items()},
                 "full_chips": tuple(verify.opt("full_chips", list, []))}
     if settings["min_cosine"] > 1:

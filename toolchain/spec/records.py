@@ -71,7 +71,7 @@ class Model:
     license: Settings
     toolchain: str        # a registered compiler's name, or "auto" until project.py resolves it
     chips: tuple[str, ...]
-    checkpoint: Checkpoint
+    checkpoint: Checkpoint | None   # None: every graph's ONNX comes from a declared command or file
     data_dir: str | None
     export: Settings
     compile: Settings

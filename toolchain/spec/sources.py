@@ -57,7 +57,7 @@ def package_file(t: Table, requirement: str, inner: str) -> Path:
     if version and dist.version != version:
         t.fail("package", f"{dist_name} {dist.version} is installed, the spec pins {version}: "
                           f"pip install '{requirement}'")
-    return Path(dist.locate_file(inner))
+    return Path(str(dist.locate_file(inner)))
 
 
 def requires(top: Table) -> Settings:

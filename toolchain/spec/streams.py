@@ -54,7 +54,7 @@ def checks(t, outputs) -> dict:
 def state(t, inputs, outputs) -> dict:
     """{output: input}: each pair the same shape and dtype, each input fed by one output."""
     ins, outs = {i.name: i for i in inputs}, {o.name: o for o in outputs}
-    pairs = {}
+    pairs: dict[str, str] = {}
     for out, fed in t.data.items():
         if out not in outs:
             t.fail(out, f"no output {out!r} in this graph (outputs: {', '.join(outs)})")

@@ -43,7 +43,8 @@ class Table:
     """A TOML table that knows its file and dotted location, for one-line error messages."""
 
     def __init__(self, data: dict, file: str, where: str = ""):
-        self.data, self.file, self.where, self.used = data, file, where, set()
+        self.data, self.file, self.where = data, file, where
+        self.used: set[str] = set()
 
     def loc(self, key: str) -> str:
         return f"{self.where}.{key}" if self.where and key else self.where or key
