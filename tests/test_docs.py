@@ -202,7 +202,8 @@ def _stage(call: ast.Call) -> tuple[str, str, bool]:
 def _compiler_stages(root: Path) -> list[tuple[str, str, bool]]:
     """Each compiler's `stages` in backends.REGISTRY order, a name two declare once (as pipeline.py merges them)."""
     registry = next(n.value for n in ast.parse((root / "toolchain/backends/__init__.py").read_text()).body
-                    if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "REGISTRY" for t in n.targets))
+                    if (isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "REGISTRY" for t in n.targets))
+                    or (isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "REGISTRY"))
     merged: dict[str, tuple] = {}
     for value in registry.values:                        # ort_qnn.Backend -> backends/ort_qnn/__init__.py
         tree = ast.parse((root / "toolchain/backends" / value.value.id / "__init__.py").read_text())

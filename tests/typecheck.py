@@ -1,6 +1,6 @@
-"""mypy as a ratchet (Meson's run_mypy.py habit): the modules listed in CLEAN must have no finding; the rest of the
-toolchain's findings are counted and may not grow past BUDGET (lower it when they fall: the script says by how much).
-Run by .ci/run after ruff; mypy's own settings are pyproject.toml's [tool.mypy].
+"""mypy as a ratchet (the habit of Meson's mypy runner script): the modules listed in CLEAN must have no finding;
+the rest of the toolchain's findings are counted and may not grow past BUDGET (lower it when they fall: the script
+says by how much). Run by .ci/run after ruff; mypy's own settings are pyproject.toml's [tool.mypy].
 
     python tests/typecheck.py        # prints the findings of the clean modules and the count of the rest
 """
