@@ -158,8 +158,12 @@ def task_creators(project, variables: dict) -> dict:
         made[stage.name] = _engine(tasks, meta, variables["rehash"]) if isinstance(tasks, dict) else \
             [_engine(t, meta, variables["rehash"]) for t in tasks]
     creators = {f"task_{s.name}": _creator(made[s.name], s.doc) for s in STAGES}
-    creators["task_model"] = _creator(list(model_aliases(project, made)), "All tasks of one model.")
-    creators["task_chip"] = _creator(list(chip_aliases(project, made)), "All tasks of one chip, across models.")
+    # the aliases end with a report of what they built (data, as the report stage's)
+    meta = {"slots": 0, "pool": "report", "workers": variables["workers"], "preload": PRELOAD, cache.KIND: "data"}
+    creators["task_model"] = _creator([_engine(t, meta, variables["rehash"]) for t in model_aliases(project, made)],
+                                      "All tasks of one model.")
+    creators["task_chip"] = _creator([_engine(t, meta, variables["rehash"]) for t in chip_aliases(project, made)],
+                                     "All tasks of one chip, across models.")
     return creators
 
 
