@@ -37,3 +37,12 @@ def test_graph_feeds_that_leave_a_graph_out_is_an_error():
         modeldata.feeds(module, None, None, io)
     module.graph_feeds = lambda run, sample: {"encoder": [{"x": np.zeros(2, np.float32)}], "decoder": [{}]}
     assert set(modeldata.feeds(module, None, None, io)) == {"encoder", "decoder"}
+
+
+def test_what_a_model_file_defines_is_read_without_importing_it(tmp_path):
+    from toolchain.shared import modeldata
+    code = tmp_path / "m.py"
+    code.write_text("from x import write_tokens as wt\nexport = None\n\ndef agree(a, b, s):\n    raise SystemExit\n")
+    assert [modeldata.defines(str(code), n) for n in ("wt", "export", "agree", "samples")] == [True, True, True, False]
+    code.write_text("def export(:\n")   # the step that imports it reports the syntax error, file and line
+    assert modeldata.defines(str(code), "export") is False

@@ -13,8 +13,12 @@ from toolchain.errors import StageFailed
 
 def defines(module_file: str, name: str) -> bool:
     """Whether a model file defines `name` at its top level (a function, an assignment or an import), read with ast:
-    doit's own process decides a task's shape from it without importing the model's code."""
-    tree = ast.parse(Path(module_file).read_bytes())
+    doit's own process decides a task's shape from it without importing the model's code. A file that does not parse
+    defines nothing here: the step that imports it names the file and line of the syntax error."""
+    try:
+        tree = ast.parse(Path(module_file).read_bytes())
+    except SyntaxError:
+        return False
     names = [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
     for node in tree.body:
         if isinstance(node, ast.Assign):
