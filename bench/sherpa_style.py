@@ -15,7 +15,7 @@ import contextlib
 import os
 import sys
 
-from toolchain import pipeline
+from toolchain import options, pipeline
 from toolchain import project as projects
 from toolchain.engine import worker
 
@@ -33,7 +33,7 @@ def steps(project, names=STEPS):
 
 def main(folder: str, names=STEPS) -> int:
     os.chdir(folder)
-    project = projects.load("models")
+    project = projects.load("models", options.resolve())
     if len({c for m in project.models for c in m.chips}) != 1:
         print(f"{folder}: the models must list exactly one chip (one CI job = one chip)", file=sys.stderr)
         return 2

@@ -37,7 +37,7 @@ MODEL_PACKAGES = ("onnx", "onnxruntime", "onnxruntime_qnn", "torch", "onnxsim", 
 QNN_WORDS = re.compile(r"(?i)qnn|htp|onnx|torch|qairt|hexagon|snapdragon|\bsoc\b")
 PROJECT_VARIABLE = re.compile(r"^QNN_[A-Z_]+$")
 # The compilers' own code: no module outside backends/ (but the registry's users) imports one by name.
-REGISTRY_USERS = {"toolchain.pipeline", "toolchain.project"}
+REGISTRY_USERS = {"toolchain.pipeline", "toolchain.project", "toolchain.options"}
 MODEL_API = {"toolchain.modelkit"}   # for models/*.py (and only this): the toolchain itself never imports it
 FUNCTION_STRING = re.compile(r"^toolchain(\.\w+)+:\w+$")
 
@@ -54,12 +54,17 @@ def modules(root: Path) -> dict[str, Path]:
 
 
 def imports(name: str, path: Path, known: dict) -> list[tuple[str, bool]]:
-    """(imported toolchain module, inside a function?) for every import in one module."""
+    """(imported toolchain module, inside a function?) for every import in one module that runs: one under
+    `if TYPE_CHECKING:` only names a type for annotations (a stage's `project: Project`) and is not an edge."""
     tree = ast.parse(path.read_text())
     in_function = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                    for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    for_types = {id(n) for block in tree.body if isinstance(block, ast.If) and ast.unparse(block.test) in
+                 ("TYPE_CHECKING", "typing.TYPE_CHECKING") for n in ast.walk(block)}
     found = []
     for node in ast.walk(tree):
+        if id(node) in for_types:
+            continue
         if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "toolchain":
             for alias in node.names:
                 sub = f"{node.module}.{alias.name}"
@@ -230,6 +235,33 @@ def is_shim(path: Path) -> bool:
     return bool(exports) and all(isinstance(n, (ast.Import, ast.ImportFrom)) or n in exports for n in plain)
 
 
+OPTION_TABLES = ("toolchain/options.py", "toolchain/engine/options.py")   # where settings are read, and only there
+OUR_SETTING = re.compile(r"^(QNN|QAIRT)_[A-Z0-9_]+$")
+
+
+def settings_read_outside_the_table(root: Path, path: Path) -> list[int]:
+    """Lines that read a command-line variable (doit's get_var, its _CMDLINE_VARS) or an environment setting of this
+    project (os.environ.get/[…]/os.getenv of a $QNN_*/$QAIRT_* name, or of a name that is not a literal) outside
+    the one table. Another tool's convention ($CC, $CI) is not a setting of ours."""
+    if str(path.relative_to(root)) in OPTION_TABLES:
+        return []
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.Name, ast.Attribute)) and \
+                (getattr(node, "id", None) or getattr(node, "attr", None)) in ("get_var", "_CMDLINE_VARS"):
+            found.append(node.lineno)
+        key = None
+        if isinstance(node, ast.Call) and node.args and ast.unparse(node.func) in ("os.environ.get", "os.getenv"):
+            key = node.args[0]
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and ast.unparse(node.value) == \
+                "os.environ":
+            key = node.slice
+        if key is not None and not (isinstance(key, ast.Constant) and isinstance(key.value, str)
+                                    and not OUR_SETTING.match(key.value)):
+            found.append(node.lineno)
+    return sorted(set(found))
+
+
 def measure(root: Path) -> dict:
     known = modules(root)
     graph, hidden, upward, function_strings, branches = {}, [], [], [], {}
@@ -268,6 +300,8 @@ def measure(root: Path) -> dict:
     model_code = [*sorted(root.glob("models/**/*.py")), *sorted(root.glob("tests/fixtures/**/*.py"))]
     beyond = [f"{p.relative_to(root)} -> {t}" for p in model_code for t in imports_beyond_modelkit(p)]
     shims = [name for name, p in known.items() if name.count(".") >= 1 and is_shim(p)]
+    settings = [f"{p.relative_to(root)}:{line}" for p in known.values() for line in settings_read_outside_the_table(
+        root, p)]
     listing = [str(p.relative_to(root)) for p in [*known.values(), root / "dodo.py"]
                if p.is_file() and len(stages_named(p)) >= LISTS_STAGES]
     return {"modules": len(known), "top_level_modules": sum(1 for n in known if n.count(".") == 1),
@@ -278,7 +312,7 @@ def measure(root: Path) -> dict:
             "compilers_imported_by_name": compiler_imports, "import_hooks": hooks,
             "model_api_imported_by_the_toolchain": model_api, "loads_that_unpickle": unpickling,
             "undocumented_model_hooks": undocumented, "model_code_importing_more_than_modelkit": beyond,
-            "shims": shims}
+            "shims": shims, "variables_parsed_outside_the_table": settings}
 
 
 if __name__ == "__main__":

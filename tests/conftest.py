@@ -210,10 +210,9 @@ def checkout(src: Path, dst: Path) -> Path:
 
 def doit(root: Path, *args: str, cache_dir: Path | None = None) -> tuple[list[str], str]:
     """`python -m doit` in root (cache from $QNN_CACHE if given); (executed tasks, output); must pass."""
-    from toolchain.engine import cache, limits
-    env = {k: v for k, v in os.environ.items() if k not in (cache.ENV, limits.ENV)}
+    env = {k: v for k, v in os.environ.items() if k not in ("QNN_CACHE", "QNN_LIMITS")}
     if cache_dir:
-        env[cache.ENV] = str(cache_dir)
+        env["QNN_CACHE"] = str(cache_dir)
     done = subprocess.run([sys.executable, "-m", "doit", *args], cwd=root, env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr

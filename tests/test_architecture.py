@@ -52,6 +52,44 @@ def test_no_import_hook_and_the_model_api_is_for_models_only():
     assert SHAPE["model_api_imported_by_the_toolchain"] == []
 
 
+def test_every_setting_is_read_in_one_table():
+    """doit's variables and this project's environment settings are read by toolchain/options.py alone (one rule,
+    one error, docs/usage.md "Settings"); the stages and the engine are handed the resolved values."""
+    assert SHAPE["variables_parsed_outside_the_table"] == []
+
+
+def test_an_import_for_annotations_only_is_no_edge(tmp_path):
+    """`if TYPE_CHECKING:` imports name types (a stage's `project: Project`); they never run, so they make no
+    cycle; the same import outside that block does."""
+    pkg = tmp_path / "toolchain"
+    (pkg / "stages").mkdir(parents=True)
+    for init in (pkg / "__init__.py", pkg / "stages" / "__init__.py"):
+        init.write_text("")
+    (pkg / "project.py").write_text("from toolchain.stages import x\n")
+    (pkg / "stages" / "x.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                         "    from toolchain.project import Project\n")
+    (tmp_path / "dodo.py").write_text("")
+    assert measure(tmp_path)["cycles"] == []
+    (pkg / "stages" / "x.py").write_text("from toolchain.project import Project\n")
+    assert measure(tmp_path)["cycles"] == [["toolchain.project", "toolchain.stages.x"]]
+
+
+def test_a_setting_read_outside_the_table_is_found(tmp_path):
+    pkg = tmp_path / "toolchain"
+    (pkg / "engine").mkdir(parents=True)
+    for init in (pkg / "__init__.py", pkg / "engine" / "__init__.py"):
+        init.write_text("")
+    (pkg / "options.py").write_text("import os\nfrom doit import get_var\nA = os.environ.get('QNN_CACHE')\n")
+    (pkg / "engine" / "cache.py").write_text(
+        "import os\nimport doit\nENV = 'QNN_CACHE'\n"
+        "a = doit.get_var('cache')\nb = os.environ.get(ENV)\nc = os.environ['QNN_REHASH']\n"
+        "d = os.getenv('QAIRT_PYTHON')\ne = os.environ.get('CC')\nos.environ['QNN_X'] = '1'\n")
+    (tmp_path / "dodo.py").write_text("")
+    found = measure(tmp_path)["variables_parsed_outside_the_table"]
+    assert found == ["toolchain/engine/cache.py:4", "toolchain/engine/cache.py:5", "toolchain/engine/cache.py:6",
+                     "toolchain/engine/cache.py:7"]
+
+
 def test_nothing_is_loaded_in_a_way_that_unpickles():
     """A checkpoint, an array file or a record may come from a shared cache: loading it must not run code."""
     assert SHAPE["loads_that_unpickle"] == []

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
+from toolchain import options
 from toolchain import project as project_mod
 from toolchain.backends.ort_qnn import families, familyrun
 from toolchain.deploy import selector
@@ -78,7 +79,7 @@ def _tasks(root, **load):
     here = os.getcwd()
     os.chdir(root)
     try:
-        loaded = project_mod.load("models", **load)
+        loaded = project_mod.load("models", options.resolve_given(load, {}))
         return loaded, {s.name: list(s.tasks(loaded)) if not isinstance(s.tasks(loaded), dict) else [s.tasks(loaded)]
                         for s in pipeline.STAGES}
     finally:

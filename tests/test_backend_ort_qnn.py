@@ -152,10 +152,11 @@ def test_a_graph_option_that_changes_the_lowering_goes_through_the_route(project
 def test_an_option_the_route_cannot_reproduce_is_refused_and_route_ep_compiles_it(project):
     project.add_tiny("tiny", **{'[graphs.net]\n': '[graphs.net]\n'
                                 'compile.ep_options = { enable_htp_spill_fill_buffer = true }\n'})
+    from toolchain import options
     from toolchain import project as loader
     with pytest.raises(SpecError, match=r"graphs\.net\.compile\.ep_options\.enable_htp_spill_fill_buffer: the QNN "
                                         r"Saver route cannot reproduce this option.*route = \"ep\""):
-        loader.load(project.root / "models")
+        loader.load(project.root / "models", options.resolve_given({}, {}))
     project.edit("models/tiny.toml", "compile.ep_options", 'compile.route = "ep"\ncompile.ep_options')
     rc, executed, text = project.run()
     assert rc == 0, text
@@ -164,15 +165,16 @@ def test_an_option_the_route_cannot_reproduce_is_refused_and_route_ep_compiles_i
     assert record["route"] == "ep"
     project.edit("models/tiny.toml", 'compile.route = "ep"', 'compile.route = "direct"')
     with pytest.raises(SpecError, match=r"graphs\.net\.compile\.route: 'direct': expected one of 'saver', 'ep'"):
-        loader.load(project.root / "models")
+        loader.load(project.root / "models", options.resolve_given({}, {}))
 
 
 def test_no_c_compiler_is_one_line_at_load(project, monkeypatch):
     project.add_tiny("tiny")
     monkeypatch.setenv("CC", "no-such-cc")
+    from toolchain import options
     from toolchain import project as loader
     with pytest.raises(SpecError, match=r"tiny\.toml: no C compiler found .*apt-get install gcc"):
-        loader.load(project.root / "models")
+        loader.load(project.root / "models", options.resolve_given({}, {}))
 
 
 def test_a_differing_binary_is_named_by_the_oracle(routed):

@@ -169,7 +169,7 @@ def test_selector_never_assumes(bundled, tmp_path):
         pick = selector.select(soc, loaded, str(index))
         assert pick.bundle == selector.CPU and why in pick.reason, (soc, pick)
     assert "no sherpa-onnx bundle" in selector.select("SM8750", True, str(index), kind="sherpa-onnx").reason
-    assert "not in the index" in selector.select("SM8750", True, str(index), model="whisper").reason
+    assert "not in the index" in selector.select("SM8750", True, str(index), model_name="whisper").reason
     copy = tmp_path / "build"
     shutil.copytree(bundled.root / "build", copy, ignore=shutil.ignore_patterns("*.onnx", "*.bin", ".doit*"))
     assert selector.select("SM8750", True, str(copy / "chip-index.json")).npu   # relative paths travel

@@ -66,8 +66,7 @@ def test_a_redirecting_server_gets_no_credentials_out_and_the_build_goes_on(redi
 
 def test_a_redirect_is_unreachable_for_the_store_itself(redirecting, recorder, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)   # no build/ here: no down marker, every call asks the server
-    monkeypatch.setenv("QNN_CACHE_TOKEN", TOKEN)
-    store = HttpStore(redirecting.url)
+    store = HttpStore(redirecting.url, cache_store.Settings(token=TOKEN))
     target = re.escape(host(recorder.url))
     with pytest.raises(cache_store.Unreachable, match=rf"GET /ac/k: redirected \(HTTP 302\) to {target}, not fol"):
         store.read_entry("k")
@@ -131,11 +130,10 @@ def leftovers() -> list[str]:
 
 def test_a_blob_longer_than_its_entry_is_refused_before_its_body(server, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("QNN_CACHE_TOKEN", TOKEN)
     digest = hashlib.sha256(bytes(10)).hexdigest()
     entry(server, "k", 10, digest)
     sparse(server.root / "cas" / digest, BIG)   # nginx announces 64 MiB for a blob the entry says is 10 bytes
-    assert HttpStore(server.url).restore("k", ["build/x.bin"]) is False
+    assert HttpStore(server.url, cache_store.Settings(token=TOKEN)).restore("k", ["build/x.bin"]) is False
     assert leftovers() == []   # no output, no temp file
     err = capsys.readouterr().err
     assert f"blob {digest}: the server sends {BIG} bytes, larger than the 10 bytes" in err and "cut off" in err, err
@@ -173,13 +171,12 @@ def test_a_blob_shorter_than_its_entry_is_refused(tmp_path, monkeypatch):
 
 def test_an_entry_recording_more_than_max_blob_is_refused_before_any_fetch(server, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("QNN_CACHE_TOKEN", TOKEN)
-    monkeypatch.setenv(cache_store.MAX_BLOB, "1000")
     data = bytes(2000)
     digest = hashlib.sha256(data).hexdigest()
     entry(server, "k", len(data), digest)
     (server.root / "cas" / digest).write_bytes(data)   # a valid blob: only its size is refused
-    assert HttpStore(server.url).restore("k", ["build/x.bin"]) is False
+    store = HttpStore(server.url, cache_store.Settings(token=TOKEN, max_blob=1000))
+    assert store.restore("k", ["build/x.bin"]) is False
     assert "the entry records 2000 bytes, over the 1000 allowed" in capsys.readouterr().err
     assert not Path("build/x.bin").exists()
     assert [p for _, p, *_ in server.requests() if p.startswith("/cas/")] == []   # the blob was never asked for
@@ -187,8 +184,7 @@ def test_an_entry_recording_more_than_max_blob_is_refused_before_any_fetch(serve
 
 def test_an_entry_larger_than_max_entry_is_refused(server, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("QNN_CACHE_TOKEN", TOKEN)
     sparse(server.root / "ac" / "k", cache_store.MAX_ENTRY + (1 << 20))   # 17 MiB
-    assert HttpStore(server.url).restore("k", ["build/x.bin"]) is False
+    assert HttpStore(server.url, cache_store.Settings(token=TOKEN)).restore("k", ["build/x.bin"]) is False
     assert f"entry k is over {cache_store.MAX_ENTRY} bytes" in capsys.readouterr().err
     assert leftovers() == []

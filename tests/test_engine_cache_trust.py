@@ -208,16 +208,21 @@ def test_a_cache_writer_cannot_run_code_on_a_restoring_machine(shared, tmp_path)
     assert_same_outputs(ref.root, second)
 
 
+def store_of(shared):
+    """The shared cache as a client of it opens it (a folder, or the server with its token)."""
+    where = shared[0] if shared[0].startswith("http") else Path(shared[0])
+    return cache.open_store(cache.Settings(where=where, token=TOKEN))
+
+
 def test_an_array_file_that_would_unpickle_is_never_restored(shared, tmp_path, monkeypatch):
     """An .npz whose array holds Python objects (np.load(allow_pickle=True) would run the marker's writer): the
     store refuses it before it is in place, and nothing here loads arrays with pickle (tests/architecture.py)."""
-    kind = "http" if shared[0].startswith("http") else "folder"
     marker = tmp_path / "ran"
     monkeypatch.chdir(tmp_path)
     hostile, plain = tmp_path / "hostile.npz", tmp_path / "plain.npz"
     np.savez(hostile, feeds=np.array([Payload(marker)], dtype=object))
     np.savez(plain, feeds=np.zeros(4, np.float32))
-    store = cache.open_store(shared[0] if kind == "http" else Path(shared[0]))
+    store = store_of(shared)
     plant(shared, "hostile", {"build/feeds.npz": hostile.read_bytes()})
     plant(shared, "plain", {"build/feeds.npz": plain.read_bytes()})
     assert not store.restore("hostile", ["build/feeds.npz"]) and not Path("build/feeds.npz").exists()
@@ -228,7 +233,7 @@ def test_an_array_file_that_would_unpickle_is_never_restored(shared, tmp_path, m
 
 def test_a_record_that_is_not_one_is_refused(shared, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    store = cache.open_store(shared[0] if shared[0].startswith("http") else Path(shared[0]))
+    store = store_of(shared)
     for key, data in (("list", b"[1, 2]"), ("cut", b'{"binary": "x'), ("object", b'{"binary": "x"}')):
         plant(shared, key, {"build/x.compile.json": data})
     assert not store.restore("list", ["build/x.compile.json"])
@@ -238,7 +243,7 @@ def test_a_record_that_is_not_one_is_refused(shared, tmp_path, monkeypatch):
 
 def test_the_store_never_stores_or_restores_code(shared, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    store = cache.open_store(shared[0] if shared[0].startswith("http") else Path(shared[0]))
+    store = store_of(shared)
     Path("build").mkdir()
     Path("build/libnet.so").write_bytes(b"\x7fELF")
     store.save("mine", {"task": "t"}, ["build/libnet.so"])

@@ -12,7 +12,7 @@ import time
 
 from conftest import RESTORED, assert_same_outputs, cacheable, checkout, doit, tool_logs
 
-from toolchain import pipeline
+from toolchain import options, pipeline
 from toolchain.engine import limits
 
 
@@ -25,18 +25,18 @@ def test_slots_follow_the_cores_the_simulators_threads_and_the_memory():
     assert limits.slots_for(1, 0.5, 1, 24) == 0              # serial: nothing to limit
 
 
-def test_doit_is_parallel_by_default_with_the_cores_it_has(monkeypatch):
-    monkeypatch.delenv(limits.JOBS_ENV, raising=False)
-    assert limits.jobs() == os.cpu_count()
-    monkeypatch.setenv(limits.JOBS_ENV, "3")
-    assert limits.jobs() == 3
+def test_doit_is_parallel_by_default_with_the_cores_it_has():
+    assert options.resolve_given({}, {})["jobs"] == os.cpu_count()
+    assert options.resolve_given({}, {"QNN_JOBS": "3"})["jobs"] == 3
 
 
 def test_a_stage_limit_caps_concurrent_steps(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv(limits.ENV, "compile:1,verify:2")
-    configured = limits.configured({"compile": 3}, ("compile", "verify", "export"))
-    assert configured == {"compile": 1, "verify": 2}   # the environment over the stage's default
+    eight = pipeline.slots(options.resolve_given({}, {"QNN_JOBS": "8"}))
+    configured = pipeline.slots(options.resolve_given({}, {"QNN_JOBS": "8", "QNN_LIMITS": "compile:1,verify:2"}))
+    assert eight["verify"] == 4 and configured["compile"] == 1 and configured["verify"] == 2   # over the defaults
+    assert {k: v for k, v in configured.items() if k not in ("compile", "verify")} == \
+        {k: v for k, v in eight.items() if k not in ("compile", "verify")}
     for stage, slots in (("compile", 1), ("verify", 2), ("export", 4)):
         def inside(step, stage=stage):
             with limits.slot(stage, configured.get(stage, 0)):
@@ -71,8 +71,7 @@ def test_every_simulator_stage_holds_a_slot_of_one_pool(project, monkeypatch):
     assert sims == {"verify", "verify_full", "diagnose", "sherpa", "sherpa_full"}
     project.add_tiny()
     monkeypatch.chdir(project.root)
-    variables = {"slots": pipeline.default_slots(jobs=2, memory=24), "workers": "fork", "rehash": False}
-    made = pipeline.task_creators(project_mod.load("models"), variables)
+    made = pipeline.task_creators(project_mod.load("models", options.resolve_given({}, {"QNN_JOBS": "2"})))
     tasks = [t for stage in ("verify", "verify_full", "diagnose") for t in made[f"task_{stage}"]()
              if "@SM8750" in t["name"]]
     assert {t["meta"]["pool"] for t in tasks} == {"simulator"} and {t["meta"]["slots"] for t in tasks} == {1}

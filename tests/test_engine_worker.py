@@ -132,7 +132,7 @@ def test_loading_the_tasks_reads_each_packages_metadata_once(project, monkeypatc
     `doit` of the shipped project made 444 reads, a third of its time)."""
     import importlib.metadata as metadata
 
-    from toolchain import pipeline
+    from toolchain import options, pipeline
     from toolchain import project as projects
     from toolchain.engine import versions
     project.add_tiny("one")
@@ -143,8 +143,8 @@ def test_loading_the_tasks_reads_each_packages_metadata_once(project, monkeypatc
     versions.version.cache_clear()
     versions.folder.cache_clear()
     monkeypatch.chdir(project.root)
-    loaded = projects.load("models")
-    for create in pipeline.task_creators(loaded, pipeline.variables()).values():
+    loaded = projects.load("models", options.resolve_given({}, {}))
+    for create in pipeline.task_creators(loaded).values():
         list(create())
     # each distribution's version once (and one folder, the wheel's libraries), whatever the number of tasks
     assert reads and len(reads) <= len(set(reads)) + 1 and len(set(reads)) <= 8, sorted(reads)

@@ -185,7 +185,7 @@ def test_step0_says_whether_the_npu_is_likely_worth_it(chip_indexed, phone, caps
     rc, _, text = chip_indexed.run("step0", "process=com.example.none")
     assert rc == 1 and "no process named 'com.example.none'" in text
     rc, _, text = chip_indexed.run("step0", "pid=x")
-    assert rc == 3 and "ERROR: command line: pid=x: expected an integer" in capsys.readouterr().err
+    assert rc == 3 and "ERROR: command line: pid=x: expected a whole number" in capsys.readouterr().err
 
 
 def test_device_tasks_are_opt_in(chip_indexed):

@@ -130,9 +130,9 @@ def test_a_misspelt_chip_group_fails(tiny_pair):
 
 
 @pytest.mark.parametrize("variables, message", [
-    (["limits=compile=2"], "limits=: 'compile=2' is not <stage>:<slots>"),
+    (["limits=compile=2"], "command line: limits=compile=2: 'compile=2' is not <stage>:<slots>"),
     (["limits=compil:2"], "no stage 'compil'; did you mean 'compile'?"),
-    (["limit=compile:2"], "unknown variable limit=compile:2"),
+    (["limit=compile:2"], "unknown variable limit=compile:2; did you mean limits=?"),
     (["extra=yes"], "extra=yes: expected 1"),
 ])
 def test_a_bad_command_line_variable_is_one_error_line_before_anything_runs(tmp_path, variables, message):

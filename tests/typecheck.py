@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # Fully typed: a finding here fails CI. Grows as modules are typed (never shrinks).
 CLEAN = ("toolchain/spec/", "toolchain/artifacts.py", "toolchain/backends/base.py", "toolchain/project.py",
-         "toolchain/pipeline.py", "toolchain/engine/")
+         "toolchain/pipeline.py", "toolchain/engine/", "toolchain/options.py")
 BUDGET = 72   # findings allowed in the other modules (0.9.0: 104 in all, 35 of them in CLEAN)
 FINDING = re.compile(r"^(toolchain/\S+?\.py):\d+: error: ")
 

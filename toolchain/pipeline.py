@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import types
-
-from doit import doit_cmd
-from doit.exceptions import InvalidDodoFile
 
 from toolchain import artifacts, backends
 from toolchain.deploy import bundle, runtime_libs, selector, sherpa_run
-from toolchain.engine import cache, limits, outputs, zygote
+from toolchain.engine import cache, limits, outputs
 from toolchain.phone import device, step0
+from toolchain.project import Project
 from toolchain.stages import (
     Stage,
     calibrate,
@@ -92,79 +89,55 @@ STAGES = (
     Stage("report", report.tasks, "Summary table of the whole build.", "build"),
     Stage("chip_index", selector.tasks, "build/chip-index.json: chip -> soc id -> arch -> bundle -> sha256, for the "
           "app's NPU-or-CPU choice.", "build", default=False),
-    Stage("device", lambda project: device.tasks(project, device.variables(_get_var)), "Attached phone (opt-in): "
+    Stage("device", device.tasks, "Attached phone (opt-in): "
           "choose by ro.soc.model, push, run, compare, measure; per model.", "phone", default=False),
-    Stage("step0", lambda project: step0.task(step0.variables(_get_var)), "Attached phone (opt-in): is the NPU "
+    Stage("step0", step0.task, "Attached phone (opt-in): is the NPU "
           "likely worth it for a process running today's CPU path?", "phone", default=False),
 )
 NAMES = tuple(s.name for s in STAGES)
 DEFAULT = [s.name for s in STAGES if s.default]
 ALIASED = {"model", "graph", "graph@chip", "model@chip"}   # scopes whose tasks belong to one model
-VARIABLES = ("full", "extra", "limits", "cache", cache.UPLOAD_VAR, "qairt", outputs.VAR, zygote.VAR, *device.VARIABLES,
-             *step0.VARIABLES)
-
-
-def _get_var(name, default=None):
-    return doit_cmd.get_var(name, default)
-
-
-def variables() -> dict:
-    """The command-line variables (`doit name=value`), checked at load time with the same one-line ERROR
-    as a bad TOML: a misspelt name or a bad value never waits for the task that reads it."""
-    given = dict(doit_cmd._CMDLINE_VARS or {})   # doit keeps them there; get_var() cannot list them
-    for name in given:
-        if name not in VARIABLES:
-            raise InvalidDodoFile(f"command line: unknown variable {name}={given[name]}; known: {', '.join(VARIABLES)}")
-    extra = given.get("extra", "")
-    if extra not in ("", "0", "1"):
-        raise InvalidDodoFile(f"command line: extra={extra}: expected 1 (add models/extra) or 0")
-    where = cache.location()
-    if isinstance(where, str):
-        problem = cache.url_problem(where)
-        if problem:
-            raise InvalidDodoFile(f"cache URL (cache= or ${cache.ENV}): {problem}")
-    elif where is not None and where.exists() and not where.is_dir():
-        raise InvalidDodoFile(f"cache folder {where} (cache= or ${cache.ENV}): not a folder")
-    problem = cache.upload_problem()
-    if problem:
-        raise InvalidDodoFile(f"command line: {problem}")
-    rehash = given.get(outputs.VAR, "")
-    if rehash not in ("", "0", "1"):
-        raise InvalidDodoFile(f"command line: {outputs.VAR}={rehash}: expected 1 (compare every output's bytes) or 0")
-    try:
-        workers = zygote.mode(given.get(zygote.VAR, ""))
-    except ValueError as err:
-        raise InvalidDodoFile(f"command line: {err}") from None
-    return {"full": given.get("full", ""), "extra": extra == "1", "qairt": given.get("qairt", ""),
-            "rehash": rehash == "1" or bool(os.environ.get(outputs.ENV)),
-            "slots": limits.configured(default_slots(), NAMES, given.get("limits", "")), "workers": workers}
-
-
-def default_slots(jobs: int | None = None, memory: float | None = None) -> dict[str, int]:
-    """Each stage's slots on this machine, from its threads and measured peak memory (limits.slots_for)."""
-    jobs, memory = jobs or limits.jobs(), memory or limits.memory_gb()
+def default_slots(jobs: int, memory: float | None = None) -> dict[str, int]:
+    """Each stage's slots on a machine of `jobs` steps at once, from its threads and measured peak memory
+    (limits.slots_for)."""
+    memory = memory or limits.memory_gb()
     found = {s.name: limits.slots_for(s.threads, s.memory_gb, jobs, memory) for s in STAGES}
     return {name: n for name, n in found.items() if n}
 
 
-def task_creators(project, variables: dict) -> dict:
-    """{"task_<stage>": creator} for dodo.py, every stage's tasks made once, plus the aliases.
-    `variables`: what variables() resolved (slots per stage, rehash, worker mode)."""
-    made = {}
+def slots(options) -> dict[str, int]:
+    """Each stage's slots this run: the measured defaults for options["jobs"], overridden by options["limits"]."""
+    return {**default_slots(options["jobs"]), **options["limits"]}
+
+
+def task_creators(project: Project) -> dict:
+    """{"task_<stage>": creator} for dodo.py, every stage's tasks made once, plus the aliases. What the engine adds
+    to each task (its slots, worker mode, cache, rehash) comes from the run's options (project.options)."""
+    options, made = project.options, {}
+    given = {"workers": options["workers"], "preload": PRELOAD, cache.SETTINGS: cache_settings(options)}
+    per_stage = slots(options)
     for stage in STAGES:
         tasks = stage.tasks(project)
-        meta = {"slots": variables["slots"].get(stage.name, 0), "pool": stage.pool or stage.name,
-                "workers": variables["workers"], "preload": PRELOAD, cache.KIND: stage.output_kind}
-        made[stage.name] = _engine(tasks, meta, variables["rehash"]) if isinstance(tasks, dict) else \
-            [_engine(t, meta, variables["rehash"]) for t in tasks]
+        meta = {**given, "slots": per_stage.get(stage.name, 0), "pool": stage.pool or stage.name,
+                cache.KIND: stage.output_kind}
+        made[stage.name] = _engine(tasks, meta, options["rehash"]) if isinstance(tasks, dict) else \
+            [_engine(t, meta, options["rehash"]) for t in tasks]
     creators = {f"task_{s.name}": _creator(made[s.name], s.doc) for s in STAGES}
     # the aliases end with a report of what they built (data, as the report stage's)
-    meta = {"slots": 0, "pool": "report", "workers": variables["workers"], "preload": PRELOAD, cache.KIND: "data"}
-    creators["task_model"] = _creator([_engine(t, meta, variables["rehash"]) for t in model_aliases(project, made)],
+    meta = {**given, "slots": 0, "pool": "report", cache.KIND: "data"}
+    creators["task_model"] = _creator([_engine(t, meta, options["rehash"]) for t in model_aliases(project, made)],
                                       "All tasks of one model.")
-    creators["task_chip"] = _creator([_engine(t, meta, variables["rehash"]) for t in chip_aliases(project, made)],
+    creators["task_chip"] = _creator([_engine(t, meta, options["rehash"]) for t in chip_aliases(project, made)],
                                      "All tasks of one chip, across models.")
     return creators
+
+
+def cache_settings(options) -> cache.Settings:
+    """What the engine's cache is given (task meta), from this run's options."""
+    return cache.Settings(where=options["cache"], upload=options["cache_upload"], max_blob=options["cache_max_blob"],
+                          timeout=options["cache_timeout"], retry=options["cache_retry"], ca=options["cache_ca"],
+                          token=options["cache_token"], user=options["cache_user"],
+                          password=options["cache_password"])
 
 
 def _engine(task: dict, meta: dict, rehash: bool) -> dict:
@@ -215,7 +188,7 @@ def _default_tasks(made: dict):
                 yield stage.name, task["name"]
 
 
-def model_aliases(project, made: dict):
+def model_aliases(project: Project, made: dict):
     """`model:<name>`: every default task of one model (a misspelt name fails, where a wildcard matching
     nothing would silently succeed)."""
     for model in project.models:
@@ -226,7 +199,7 @@ def model_aliases(project, made: dict):
                                                   artifacts.model_report(model))}
 
 
-def chip_aliases(project, made: dict):
+def chip_aliases(project: Project, made: dict):
     """`chip:<CHIP>`: every default per-chip task, across models."""
     for chip in project.chips.values():
         if any(chip.name in m.chips for m in project.models):

@@ -11,6 +11,7 @@ from pathlib import Path
 from toolchain import backends, spec
 from toolchain.backends.base import Backend
 from toolchain.deploy import sherpa_run
+from toolchain.engine.options import Options
 from toolchain.errors import SpecError
 from toolchain.rewrites import library as rewrites
 from toolchain.spec import AUTO
@@ -23,6 +24,7 @@ class Project:
     chips: dict
     full_chips: tuple[str, ...]   # full verification tier asked for on the command line
     gated: frozenset = frozenset()   # models whose deployed runtime's own loop is their full tier (sherpa_run)
+    options: Options = Options({})   # this run's settings (toolchain/options.py), resolved once when dodo.py loads
 
     def models_of(self, toolchain: str):
         """The models that build with `toolchain` (a compiler's own stages take only these)."""
@@ -51,10 +53,11 @@ class Project:
         return model.name in self.gated
 
 
-def load(models_dir: str | Path = "models", full: str = "", extra: bool = False, qairt: str = "") -> Project:
-    """Load every models/*.toml (and models/extra/*.toml with `extra`: opt-in models, too slow for
-    every build on 2 cores); `full` is a comma list of chips ('all' for every chip) for the full tier; `qairt`
-    the command line's QAIRT families or runtime versions (comma list, 'all'), for every model that can take them."""
+def load(models_dir: str | Path, options: Options) -> Project:
+    """Load every models/*.toml (and models/extra/*.toml with options["extra"]: opt-in models, too slow for
+    every build on 2 cores); options["full"]: the chips of the full tier; options["qairt"]: the command line's QAIRT
+    families or runtime versions (comma list, 'all'), for every model that can take them (toolchain/options.py)."""
+    extra, wanted = options["extra"], options["full"]
     chips = chip_table.load()
     files = spec_files(Path(models_dir)) + (spec_files(Path(models_dir, "extra")) if extra else [])
     models = tuple(m for f in files for m in spec.load_file(f, chips))
@@ -63,20 +66,14 @@ def load(models_dir: str | Path = "models", full: str = "", extra: bool = False,
         if names.count(name) > 1:
             raise SpecError(f"{models_dir}: two specs make a model named {name!r} "
                             "(a variant label repeats a file name)")
-    wanted = tuple(c for c in full.split(",") if c)
-    if wanted == ("all",):
-        wanted = tuple(chips)
-    for name in wanted:
-        if name not in chips:
-            raise SpecError(f"command line: full={full}: unknown chip {name!r}; known: {', '.join(chips)}")
     for model in models:   # the rule names a spec gives (the spec reads the value's shape only)
         for graph in model.graphs:
             problem = rewrites.problems(graph.rewrite) if graph.rewrite else ""
             if problem:
                 raise SpecError(f"{model.spec_file}: graphs.{graph.name}.rewrite: {problem}")
-    models = with_backends(models, chips, qairt)
+    models = with_backends(models, chips, options)
     return Project(models=models, chips=chips, full_chips=wanted,
-                   gated=frozenset(m.name for m in models if sherpa_run.wanted(m)))
+                   gated=frozenset(m.name for m in models if sherpa_run.wanted(m)), options=options)
 
 
 def spec_files(folder: Path) -> list[Path]:
@@ -92,10 +89,11 @@ def spec_files(folder: Path) -> list[Path]:
     return found
 
 
-def with_backends(models, chips: dict, qairt: str = "") -> tuple:
+def with_backends(models, chips: dict, options: Options) -> tuple:
     """Each model with its compiler: "auto" resolved (and said on stdout, with the reason), the name
     checked, what the compiler cannot build refused, each compiler preflighted once for its models."""
-    auto = backends.choose_auto() if any(m.toolchain == AUTO for m in models) else None
+    auto = backends.choose_auto(options["sdk"]) if any(m.toolchain == AUTO for m in models) else None
+    qairt = options["qairt"]
     if auto:
         print(f'toolchain = "auto" -> {auto[0]}: {auto[1]}')
     instances: dict[str, Backend] = {}
@@ -116,5 +114,5 @@ def with_backends(models, chips: dict, qairt: str = "") -> tuple:
             raise SpecError(str(err)) from None
         resolved.append(dataclasses.replace(model, qairt=families))
     for name, backend in instances.items():
-        backend.preflight([m for m in resolved if m.toolchain == name], chips)
+        backend.preflight([m for m in resolved if m.toolchain == name], chips, options)
     return tuple(resolved)

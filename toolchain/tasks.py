@@ -12,22 +12,24 @@ from __future__ import annotations
 import os
 import sys
 
+from toolchain import options as settings
 from toolchain import pipeline, project
-from toolchain.engine import buildlock, checker, files, limits, paths, progress
+from toolchain.engine import buildlock, checker, files, paths, progress
 
 
 def for_doit(models_dir: str = "models") -> dict:
     """DOIT_CONFIG and the task creators (task_<stage>, task_model, task_chip) in pipeline order; made anew on every
     call, as doit loads a dodo.py once per run (and the tests load it many times in one process)."""
-    variables = pipeline.variables()   # checked before anything runs: a bad one is one ERROR line
+    options = settings.resolve()   # every variable, read once before anything runs: a bad one is one ERROR line
     config = {
         "dep_file": paths.STATE_DB,
         "backend": "sqlite3sync",          # commits per task: a killed build keeps what finished
-        "check_file_uptodate": checker.MD5Checker,   # content decides, even when an mtime was kept
+        "check_file_uptodate": checker.for_run(options["rehash"]),   # content decides, even when an mtime was kept
         "action_string_formatting": "new",
         "par_type": "thread",              # actions only wait on child processes (docs/scale.md)
-        "num_process": limits.jobs(),      # parallel by default: the cores it has; per-stage slots keep it sane
-        "reporter": "console" if os.environ.get("CI") else progress.ProgressReporter,   # [n/N], durations, ETA
+        "num_process": options["jobs"],    # parallel by default: the cores it has; per-stage slots keep it sane
+        # [n/N], durations, ETA; a CI log gets doit's own lines
+        "reporter": "console" if os.environ.get("CI") else progress.for_run(options["jobs"]),
         "default_tasks": pipeline.DEFAULT,
         "sort": "definition",              # `doit list`: the stages in pipeline order, not alphabetical
     }
@@ -35,5 +37,5 @@ def for_doit(models_dir: str = "models") -> dict:
     if buildlock.hold(sys.argv):   # one build per folder: a second doit here stops, naming the first
         files.sweep(paths.BUILD)   # then no other step is running: temp files left here are a killed step's
         buildlock.on_interrupt()   # Ctrl-C / SIGTERM: one line, finished tasks kept, no traceback
-    loaded = project.load(models_dir, full=variables["full"], extra=variables["extra"], qairt=variables["qairt"])
-    return {"DOIT_CONFIG": config, **pipeline.in_pipeline_order(pipeline.task_creators(loaded, variables))}
+    loaded = project.load(models_dir, options)
+    return {"DOIT_CONFIG": config, **pipeline.in_pipeline_order(pipeline.task_creators(loaded))}

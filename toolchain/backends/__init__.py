@@ -2,8 +2,6 @@
 A new compiler: one folder here implementing base.Backend, plus one line in REGISTRY."""
 from __future__ import annotations
 
-import os
-
 from toolchain.backends import ort_qnn, qairt
 from toolchain.backends.base import Backend
 from toolchain.qnn import sdk
@@ -15,9 +13,15 @@ REGISTRY: dict[str, type[Backend]] = {
 DEFAULT = ort_qnn.NAME
 
 
-def choose_auto() -> tuple[str, str]:
-    """(compiler, why) for toolchain = "auto": the QAIRT SDK when $QNN_SDK_ROOT is a complete one."""
-    root = os.environ.get(sdk.ENV_ROOT)
+def check_families(value: str) -> str:
+    """`qairt=` (toolchain/options.py): every version named is one a compiler here builds for (ValueError if not);
+    each model's compiler reads the text (Backend.families)."""
+    ort_qnn.families.parse_var(value)
+    return value
+
+
+def choose_auto(root: str | None) -> tuple[str, str]:
+    """(compiler, why) for toolchain = "auto": the QAIRT SDK when `root` ($QNN_SDK_ROOT) is a complete one."""
     if not root:
         return DEFAULT, f"${sdk.ENV_ROOT} is not set"
     problems = sdk.layout_problems(root)

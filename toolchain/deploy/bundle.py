@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -16,6 +17,9 @@ from toolchain.errors import StageFailed
 from toolchain.qnn import compat
 from toolchain.shared import modeldata
 from toolchain.shared.iorecord import io_record
+
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
 
 FORMAT = 2                                          # bump when a bundle's layout changes: every bundle rebuilds
 KINDS = {"ort_out": "onnxruntime", "sherpa_out": "sherpa-onnx"}
@@ -32,7 +36,7 @@ def plan(model) -> dict:
     return {"tokens": tokens, "family": family, "sherpa_reasons": reasons, "ort_reason": ort}
 
 
-def tasks(project):
+def tasks(project: Project):
     for model, chip in project.model_chips():
         p = plan(model)
         graphs = {g.name: {"binary": artifacts.context_binary(model, g, chip),
@@ -111,9 +115,9 @@ def build(model, chip, toolchain, graphs, manifest, runtime, module_file, data_d
     write_json(out, record)
 
 
-def sherpa_problems(model: str, infos: dict, tokens: bool) -> tuple:
+def sherpa_problems(model_name: str, infos: dict, tokens: bool) -> tuple:
     """The contract checked on the binaries' own read-back: binary-info v3, names, shapes, dtypes."""
-    family, found = sherpa.problems(model, {g: sherpa.binary_view(i) for g, i in infos.items()}, tokens)
+    family, found = sherpa.problems(model_name, {g: sherpa.binary_view(i) for g, i in infos.items()}, tokens)
     found += [f"{g}: binary-info version {i.get('infoVersion')}, the runtime takes 3" for g, i in infos.items()
               if i.get("infoVersion", 3) != 3]
     return family, found

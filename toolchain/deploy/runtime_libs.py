@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -12,13 +13,17 @@ from toolchain.engine import versions
 from toolchain.engine.files import sha256, write_json
 from toolchain.engine.worker import in_process
 from toolchain.qnn.layout import ANDROID, device_libraries
+from toolchain.spec.chips import ChipRecord
+
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
 
 # A QAIRT build id as the libraries carry it in clear text (docs/phone.md): v2.51.0.260929181845.
 BUILD_ID = re.compile(rb"v(\d+)\.(\d+)\.(\d+)\.(\d{6,})")
 ADSP_DEFAULTS = "/vendor/lib/rfsa/adsp;/vendor/dsp/cdsp;/vendor/dsp;/system/lib/rfsa/adsp;/dsp"
 
 
-def tasks(project):
+def tasks(project: Project):
     wanted = {(m.toolchain, c.tag): (m.backend, c) for m, c in project.model_chips()}
     for (toolchain, _), (backend, chip) in sorted(wanted.items(), key=lambda item: item[0]):
         sdk = backend.identity() if backend.sdk_root() else None   # an SDK folder holds the device libraries
@@ -51,7 +56,7 @@ def version_of(path: str) -> str | None:
     return m.group(0).decode() if m else None
 
 
-def record(toolchain: str, chip: dict, sdk: dict | None, version: str, wheel: dict | None = None) -> dict:
+def record(toolchain: str, chip: ChipRecord, sdk: dict | None, version: str, wheel: dict | None = None) -> dict:
     """What the app ships for `chip`: files with versions when the compiler came with an SDK folder (`sdk`),
     else exact names, of the QAIRT `version` family the compiler is."""
     arch = chip["htp_arch"]
@@ -115,5 +120,5 @@ def license_terms(sdk_root: str | None) -> dict:
             "note": "Android builds of these libraries come from a QAIRT SDK, under the license that ships with it."}
 
 
-def write(toolchain: str, chip: dict, sdk: dict | None, version: str, out: str, wheel: dict | None = None):
+def write(toolchain: str, chip: ChipRecord, sdk: dict | None, version: str, out: str, wheel: dict | None = None):
     write_json(out, record(toolchain, chip, sdk, version, wheel))

@@ -5,11 +5,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from toolchain import artifacts
 from toolchain.engine.files import read_json, sha256, write_json
 from toolchain.engine.worker import in_process
 from toolchain.qnn import compat
+
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
 
 CPU = "CPU fallback"
 KINDS = ("onnxruntime", "sherpa-onnx")
@@ -27,7 +31,7 @@ class Choice:
         return self.bundle != CPU
 
 
-def tasks(project):
+def tasks(project: Project):
     records = [artifacts.bundle_record(m, c) for m, c in project.model_chips()]
     manifests = [artifacts.manifest(m, c) for m, c in project.model_chips()]
     return {"doc": f"chip index of every bundle -> {artifacts.INDEX} (chip -> soc id -> arch -> bundle -> sha256)",
@@ -41,7 +45,7 @@ def write(records: list[str], out: str):
     `other_qairt` (family -> the same fields), the newest family's build on top."""
     base = os.path.dirname(out)
     index = {"format": 2, "models": {}}
-    builds = {}
+    builds: dict[tuple[str, str], tuple[dict, list[dict]]] = {}
     for path in records:
         r = read_json(path)
         bundles = {k: ({"path": os.path.relpath(b["file"], base), "sha256": b["sha256"], "bytes": b["bytes"]}
@@ -65,7 +69,7 @@ def builds_of(entry: dict) -> list[dict]:
     return [entry, *entry.get("other_qairt", {}).values()]
 
 
-def select(ro_soc_model: str, libraries_loaded: bool, index: dict | str, model: str | None = None,
+def select(ro_soc_model: str, libraries_loaded: bool, index: dict | str, model_name: str | None = None,
            kind: str = "onnxruntime", root: str | None = None, runtime_qairt: str | None = None) -> Choice:
     """The bundle for this phone, or CPU with the reason. `index` is the JSON or its path; bundle paths are
     relative to `root` (default: the index's folder). The sha256 is checked on the file itself. `runtime_qairt`:
@@ -75,16 +79,16 @@ def select(ro_soc_model: str, libraries_loaded: bool, index: dict | str, model: 
         root = root or os.path.dirname(str(index))
         index = read_json(index)
     models = index.get("models", {})
-    if model is None:
+    if model_name is None:
         if len(models) != 1:
             return Choice(CPU, f"the index holds {len(models)} models ({', '.join(sorted(models))}): name one")
-        model = next(iter(models))
-    if model not in models:
-        return Choice(CPU, f"model {model!r} is not in the index")
+        model_name = next(iter(models))
+    if model_name not in models:
+        return Choice(CPU, f"model {model_name!r} is not in the index")
     soc = (ro_soc_model or "").strip()   # getprop prints a newline; nothing else is normalised
-    chips = models[model]
+    chips = models[model_name]
     if soc not in chips:
-        return Choice(CPU, f"ro.soc.model {soc!r} matches no chip built for {model} ({', '.join(sorted(chips))})")
+        return Choice(CPU, f"ro.soc.model {soc!r} matches no chip built for {model_name} ({', '.join(sorted(chips))})")
     chosen = chips[soc]
     if runtime_qairt:
         try:
@@ -94,14 +98,14 @@ def select(ro_soc_model: str, libraries_loaded: bool, index: dict | str, model: 
         if not loadable:
             newest = chosen["sdk_build_id"]
             oldest = builds_of(chosen)[-1]["sdk_build_id"]
-            return Choice(CPU, f"the app's QNN runtime (QAIRT {runtime_qairt}) would refuse every {model} binary for "
-                               f"{soc}: built with {newest if newest == oldest else f'{oldest} to {newest}'}, which "
-                               f"needs a runtime of QAIRT >= {compat.family(oldest)}", soc)
+            return Choice(CPU, f"the app's QNN runtime (QAIRT {runtime_qairt}) would refuse every {model_name} binary "
+                               f"for {soc}: built with {newest if newest == oldest else f'{oldest} to {newest}'}, "
+                               f"which needs a runtime of QAIRT >= {compat.family(oldest)}", soc)
         chosen = {**chips[soc], **loadable[0]}
     entry = chosen.get("bundles", {}).get(kind)
     if kind not in KINDS or not entry or not entry.get("path"):
         why = entry.get("why_not") if entry else None
-        return Choice(CPU, f"no {kind} bundle for {model} on {soc}" + (f": {why}" if why else ""), soc)
+        return Choice(CPU, f"no {kind} bundle for {model_name} on {soc}" + (f": {why}" if why else ""), soc)
     if not libraries_loaded:
         return Choice(CPU, f"the QNN runtime libraries (QAIRT {chosen['runtime_family']}) did not load", soc)
     path = os.path.join(root or ".", entry["path"])

@@ -6,6 +6,7 @@ libQnnSystem), against the same loop on the CPU float ONNX. Tiers as verify: "de
 from __future__ import annotations
 
 import tempfile
+from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -18,6 +19,9 @@ from toolchain.qnn import qnnrun
 from toolchain.shared import modeldata
 from toolchain.shared.iorecord import io_record
 
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
+
 STAGES = {"default": "sherpa", "full": "sherpa_full"}
 
 
@@ -27,7 +31,7 @@ def wanted(model) -> bool:
     return not p["sherpa_reasons"] and p["family"] == "whisper"
 
 
-def tasks(project, tier: str):
+def tasks(project: Project, tier: str):
     for model, chip in project.model_chips():
         if not wanted(model) or (tier == "full" and not project.wants_full_tier(model, chip)):
             continue

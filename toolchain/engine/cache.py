@@ -26,16 +26,14 @@ import urllib.parse
 from importlib import metadata
 from pathlib import Path
 
-import doit
 from doit.tools import config_changed
 from packaging.requirements import Requirement
 
 from toolchain.engine import cache_http, versions
-from toolchain.engine.cache_store import FORMAT, Store, Unreachable  # noqa: F401  (Store, Unreachable: the API)
+from toolchain.engine.cache_store import FORMAT, MAX_BLOB, Settings, Store, Unreachable  # noqa: F401  (the API)
 from toolchain.engine.files import sha256, sha256_memo
 
-ENV, VAR = "QNN_CACHE", "cache"
-UPLOAD_ENV, UPLOAD_VAR = "QNN_CACHE_UPLOAD", "cache_upload"   # 0: read-only (restore, never write or evict)
+SETTINGS = "cache"   # a task's meta key holding this run's cache_store.Settings (None or no key: no cache)
 # A task's meta "output_kind": "code" when a later step compiles, links, loads or imports its outputs. Such a
 # task never consults a cache: whoever can write the cache could otherwise run code on every machine restoring
 # from it (the stage declares it: stages.Stage.output_kind; the store refuses code files whatever a task says).
@@ -43,28 +41,17 @@ KIND, DATA, CODE_KIND = "output_kind", "data", "code"
 CODE = Path(__file__).parents[1]   # the toolchain package: a stage's own code is part of its tool
 
 
-def location() -> Path | str | None:
-    """The cache: `doit cache=...`, else $QNN_CACHE: a folder (Path), an http(s):// URL (str), or None."""
-    where = doit.get_var(VAR) or os.environ.get(ENV)
-    if not where:
-        return None
-    if where.startswith(("http://", "https://")):
-        return where
-    return Path(where).expanduser().absolute()
-
-
-def uploads() -> bool:
-    """False for a read-only client: `doit cache_upload=0`, else $QNN_CACHE_UPLOAD=0."""
-    value = doit.get_var(UPLOAD_VAR) or os.environ.get(UPLOAD_ENV) or "1"
-    return value != "0"
-
-
-def upload_problem() -> str | None:
-    """What is wrong with cache_upload= / $QNN_CACHE_UPLOAD (said at load)."""
-    for name, value in ((UPLOAD_VAR, doit.get_var(UPLOAD_VAR)), (f"${UPLOAD_ENV}", os.environ.get(UPLOAD_ENV))):
-        if value not in (None, "", "0", "1"):
-            return f"{name}={value}: expected 0 (read-only: restore, never store) or 1"
-    return None
+def parse_location(text: str) -> Path | str:
+    """`cache=` / $QNN_CACHE: a folder (Path) or an http(s):// URL (str); ValueError says what is wrong."""
+    if text.startswith(("http://", "https://")):
+        problem = url_problem(text)
+        if problem:
+            raise ValueError(problem)
+        return text
+    where = Path(text).expanduser().absolute()
+    if where.exists() and not where.is_dir():
+        raise ValueError(f"{where} is not a folder")
+    return where
 
 
 def url_problem(url: str) -> str | None:
@@ -81,11 +68,13 @@ def url_problem(url: str) -> str | None:
     return None
 
 
-def open_store(where: Path | str, upload: bool = True):
-    """The store at a location(): a folder, or a remote-cache server; read-only unless `upload`."""
-    if isinstance(where, str):
-        return cache_http.HttpStore(where, upload=upload)
-    return Store(where, upload=upload)
+def open_store(settings: Settings) -> Store:
+    """The store at settings.where: a folder, or a remote-cache server."""
+    if settings.where is None:
+        raise ValueError("no cache: settings.where is None")
+    if isinstance(settings.where, str):
+        return cache_http.HttpStore(settings.where, settings)
+    return Store(settings.where, settings)
 
 
 @functools.cache
@@ -168,11 +157,11 @@ def run(task, action: dict, code: str, log: str, compute, check=None):
     """A doit action result: restore the task's targets from the cache, or compute() and store them.
     `action` is what the stage runs (JSON), `code` the toolchain module that runs it, `check` the runner's own
     check of restored files (beside the stage's: restore_check)."""
-    root = location()
-    if root is None or (task.meta or {}).get(KIND) == CODE_KIND:
+    settings = (task.meta or {}).get(SETTINGS)
+    if settings is None or settings.where is None or (task.meta or {}).get(KIND) == CODE_KIND:
         return compute()
     material = from_task(task, action, code)
-    store, entry = open_store(root, uploads()), key(material)
+    store, entry = open_store(settings), key(material)
     checks = [c for c in (restore_check(task), check) if c]
     if store.restore(entry, list(task.targets), (lambda staged: [p for c in checks for p in c(staged)]) if checks
                      else None):

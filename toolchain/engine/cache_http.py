@@ -7,7 +7,8 @@ A server that is slow, down, full or wrong never fails a build: every request ha
 left alone for QNN_CACHE_RETRY seconds (default 300) by every step of the build (a marker file beside the
 state DB), so a dead server costs one time-out per worker process, not one per step.
 
-Credentials come from the environment, never from a record or a log: QNN_CACHE_TOKEN (a bearer token), or
+Credentials come from the environment (read once, with every other setting: toolchain/options.py, handed over as
+cache_store.Settings), never from a record or a log: QNN_CACHE_TOKEN (a bearer token), or
 QNN_CACHE_USER and QNN_CACHE_PASSWORD (basic auth; a user:password@ in the URL works too and is stripped from
 every message). https:// URLs are verified against the system's CAs, or QNN_CACHE_CA (a PEM file). A redirect
 is never followed (it would take the credentials to another host, or from https to http): a 3xx answer counts as
@@ -29,11 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.engine import paths
-from toolchain.engine.cache_store import MAX_ENTRY, Store, Unreachable, _warn, bounded
+from toolchain.engine.cache_store import MAX_ENTRY, Settings, Store, Unreachable, _warn, bounded
 from toolchain.engine.files import MODE
 
-TIMEOUT, RETRY = "QNN_CACHE_TIMEOUT", "QNN_CACHE_RETRY"
-TOKEN, USER, PASSWORD, CA = "QNN_CACHE_TOKEN", "QNN_CACHE_USER", "QNN_CACHE_PASSWORD", "QNN_CACHE_CA"
 DOWN = f"{paths.BUILD}/.cache-down.json"   # {"url", "until"}: the server failed; skipped until then
 BLOCK = 1 << 20
 _LOCK = threading.Lock()
@@ -42,15 +41,16 @@ _LOCK = threading.Lock()
 class HttpStore(Store):
     """A remote cache at `url` (http:// or https://, any path prefix)."""
 
-    def __init__(self, url: str, upload: bool = True):
+    def __init__(self, url: str, settings: Settings = Settings()):
         parts = urllib.parse.urlsplit(url)
         netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
         self.base = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
         self.name = self.base   # what messages say: no credentials
-        self.headers = _auth(parts)
-        self.timeout = float(os.environ.get(TIMEOUT) or 5)
+        self.headers = _auth(parts, settings)
+        self.timeout, self.retry, self.ca = settings.timeout, settings.retry, settings.ca
         self.https = parts.scheme == "https"
-        self.upload = upload   # False: a read-only client (the base's save() stores nothing then)
+        self.upload = settings.upload   # False: a read-only client (the base's save() stores nothing then)
+        self.max_blob = settings.max_blob
         self._opener: Any = None   # built by the first request: refuses redirects, verifies TLS
         self.bad: set[str] = set()   # blobs that failed their hash on restore: rewritten on save
 
@@ -138,7 +138,7 @@ class HttpStore(Store):
         if _down(self.name):
             raise Skipped(self.name)
         if self._opener is None:
-            context = ssl.create_default_context(cafile=os.environ.get(CA) or None) if self.https else None
+            context = ssl.create_default_context(cafile=self.ca) if self.https else None
             self._opener = urllib.request.build_opener(_no_redirect_handler(),
                                                        urllib.request.HTTPSHandler(context=context))
         request = urllib.request.Request(self.base + path, data=body, method=method,
@@ -157,8 +157,8 @@ class HttpStore(Store):
         with _LOCK:   # two steps failing at once (doit -n 2 runs them in threads) say it once
             if _down(self.name):
                 raise Skipped(self.name)
-            _mark_down(self.name, problem)
-        raise Unreachable(f"{problem}; the server is left alone for {_retry():.0f} s ({RETRY})")
+            _mark_down(self.name, problem, self.retry)
+        raise Unreachable(f"{problem}; the server is left alone for {self.retry:.0f} s (cache_retry)")
 
     def _refused(self, method: str, path: str, err) -> str:
         """What an HTTP error answer says, in one line: the status, and for a redirect where it pointed to."""
@@ -208,18 +208,14 @@ class _Nothing:
         return False
 
 
-def _auth(parts) -> dict:
-    if os.environ.get(TOKEN):
-        return {"Authorization": f"Bearer {os.environ[TOKEN]}"}
-    user = urllib.parse.unquote(parts.username or "") or os.environ.get(USER)
-    password = urllib.parse.unquote(parts.password or "") or os.environ.get(PASSWORD, "")
+def _auth(parts, settings: Settings) -> dict:
+    if settings.token:
+        return {"Authorization": f"Bearer {settings.token}"}
+    user = urllib.parse.unquote(parts.username or "") or settings.user
+    password = urllib.parse.unquote(parts.password or "") or settings.password or ""
     if user:
         return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
     return {}
-
-
-def _retry() -> float:
-    return float(os.environ.get(RETRY) or 300)
 
 
 def _down(name: str) -> bool:
@@ -231,14 +227,14 @@ def _down(name: str) -> bool:
     return marker.get("url") == name and marker.get("until", 0) > time.time()
 
 
-def _mark_down(name: str, problem: str) -> None:
+def _mark_down(name: str, problem: str, retry: float) -> None:
     """Leave the server alone for a while, in every step of this build (a file: steps run in several processes)."""
     if not os.path.isdir(paths.BUILD):
         return
     tmp = f"{DOWN}.{os.getpid()}.tmp"
     try:
         with open(tmp, "w") as f:
-            json.dump({"url": name, "until": time.time() + _retry(), "problem": problem}, f)
+            json.dump({"url": name, "until": time.time() + retry, "problem": problem}, f)
         os.replace(tmp, DOWN)
     except OSError as err:
         _warn(f"could not write {DOWN} ({err})")

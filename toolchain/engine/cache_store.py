@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolchain.engine import restored
@@ -17,7 +18,7 @@ from toolchain.engine.files import MODE, remember, sha256, sha256_memo
 FORMAT = 2   # bump when the key material or the layout changes (2: inputs named portably)
 BLOCK = 1 << 20
 MAX_ENTRY = 16 << 20   # bytes: an entry is a small JSON record; a larger answer is cut off and counts as bad
-MAX_BLOB = "QNN_CACHE_MAX_BLOB"   # bytes an entry may record per output (default 4 GiB): no writer fills the disk
+MAX_BLOB = 4 << 30   # bytes an entry may record per output, unless the settings say (no writer fills the disk)
 # Outputs that a later step compiles, links, loads or imports: never stored, never restored, whatever an entry says
 # (a stage whose outputs are code declares it and is not cached at all: cache.run). A writer of the cache could
 # otherwise run code on every machine that restores from it.
@@ -25,13 +26,29 @@ CODE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".h", ".hpp", ".so", ".dylib", ".d
                  ".pkl", ".pickle", ".sh")
 
 
+@dataclass(frozen=True)
+class Settings:
+    """How this run reaches the cache, resolved once when dodo.py loads (toolchain/options.py declares each field's
+    variable and environment twin) and handed to every task in its meta: nothing here reads the environment."""
+    where: Path | str | None = None   # a folder, an http(s):// URL, or None (no cache)
+    upload: bool = True               # False: a read-only client, which restores but never writes or evicts
+    max_blob: int = MAX_BLOB          # bytes an entry may record for one output
+    timeout: float = 5.0              # seconds per request to a server
+    retry: float = 300.0              # seconds a server that failed is left alone
+    ca: str | None = None             # a PEM file for https:// (else the system's CAs)
+    token: str | None = field(default=None, repr=False)      # a bearer token
+    user: str | None = None                                  # basic auth, with password
+    password: str | None = field(default=None, repr=False)
+
+
 class Store:
     """One cache folder. A subclass (cache_http.HttpStore) changes where entries and blobs live, not the rules."""
 
-    def __init__(self, root: str | Path, upload: bool = True):
+    def __init__(self, root: str | Path, settings: Settings = Settings()):
         self.root = Path(root)
         self.name = str(self.root)
-        self.upload = upload   # False: a read-only client, which restores but never writes or evicts
+        self.upload = settings.upload   # False: a read-only client, which restores but never writes or evicts
+        self.max_blob = settings.max_blob
 
     def entry(self, key: str) -> Path:
         return self.root / "entries" / f"{key}.json"
@@ -81,7 +98,7 @@ class Store:
                 raise ValueError(f"it lists {sorted(files)}, the task writes {sorted(outputs)}")
             for out, recorded in sorted(files.items()):
                 _refuse_code(out)
-                size = _size(recorded["bytes"], out)
+                size = _size(recorded["bytes"], out, self.max_blob)
                 staged.append((self.fetch_blob(recorded["sha256"], out, size), out))
             problems = [p for tmp, out in staged for p in restored.problems(tmp, out)]
             problems += check({out: tmp for tmp, out in staged}) if check and not problems else []
@@ -129,17 +146,12 @@ def _refuse_code(out: str) -> None:
         raise ValueError(f"{out} is code (a later step compiles, loads or imports it): never taken from a cache")
 
 
-def max_blob() -> int:
-    """The most bytes an entry may record for one output ($QNN_CACHE_MAX_BLOB, default 4 GiB)."""
-    return int(os.environ.get(MAX_BLOB) or 4 << 30)
-
-
-def _size(recorded, out: str) -> int:
-    """An entry's recorded size of `out`, refused when it is no size or more than max_blob()."""
+def _size(recorded, out: str, limit: int) -> int:
+    """An entry's recorded size of `out`, refused when it is no size or more than `limit` (Settings.max_blob)."""
     if not isinstance(recorded, int) or isinstance(recorded, bool) or recorded < 0:
         raise ValueError(f"{out}: recorded size {recorded!r} is not a byte count")
-    if recorded > max_blob():
-        raise ValueError(f"{out}: the entry records {recorded} bytes, over the {max_blob()} allowed (${MAX_BLOB})")
+    if recorded > limit:
+        raise ValueError(f"{out}: the entry records {recorded} bytes, over the {limit} allowed (cache_max_blob)")
     return recorded
 
 

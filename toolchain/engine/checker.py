@@ -4,30 +4,29 @@ file's whole stamp (size, mtime, ctime, inode: files.stamp) is the one seen when
 new ctime or inode means "read it", and the md5 decides. The stamps live in build/.stamps.json (stamps.py);
 doit's state stays its own format, (mtime, size, md5), so a build made with doit's checker stays up to date
 (its files are read once, the first run after, to learn their stamps). `doit rehash=1` (or QNN_REHASH=1)
-reads every time.
+reads every time (resolved once: for_run).
 A file is hashed once per run while its stamp stays: doit hashes each task's dependencies for that task
 alone, and every compile and verify depends on the QNN libraries (~220 MB)."""
 from __future__ import annotations
 
 import os
 
-from doit import dependency, doit_cmd
+from doit import dependency
 from doit.dependency import get_file_md5
 
-from toolchain.engine import files, outputs, stamps
+from toolchain.engine import files, stamps
 
 
-def rehash_asked() -> bool:
-    return (doit_cmd.get_var(outputs.VAR) or os.environ.get(outputs.ENV) or "") not in ("", "0")
+def for_run(rehash: bool) -> type[MD5Checker]:
+    """doit's `check_file_uptodate` for this run (doit makes it with no argument): `rehash` as resolved at load."""
+    return type("MD5Checker", (MD5Checker,), {"rehash": rehash})
 
 
 class MD5Checker(dependency.MD5Checker):
     """doit's md5 checker, re-hashing on a size change too (and always with rehash). It keeps doit's class
     name on purpose: doit records the checker's name with every file dependency and treats another name
     as every file changed, which would rebuild every build made before."""
-
-    def __init__(self):
-        self.rehash = rehash_asked()
+    rehash = False   # for_run() makes the class of a run that asked for it
 
     def check_modified(self, file_path, file_stat, state):
         timestamp, size, file_md5 = state

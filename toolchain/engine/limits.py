@@ -1,7 +1,8 @@
 """Per-stage concurrency limits under `doit -n N` (Ninja's pools): a memory-heavy stage runs in one of a
 few slots, so N-wide builds never hold N large compiles in memory at once. The slots are file locks
 under build/.locks: they hold across doit's threads, its processes and two doit runs in one checkout.
-The counts are resolved once at load (pipeline.py) and reach each task as task.meta["slots"]."""
+The counts are resolved once at load (pipeline.slots, from toolchain/options.py's `limits` and `jobs`) and reach
+each task as task.meta["slots"]."""
 from __future__ import annotations
 
 import contextlib
@@ -10,17 +11,9 @@ import fcntl
 import os
 import time
 
-from doit.exceptions import InvalidDodoFile
-
 from toolchain.engine import paths
 
-ENV, VAR, JOBS_ENV = "QNN_LIMITS", "limits", "QNN_JOBS"
 POLL = 0.05   # seconds between attempts while every slot is taken
-
-
-def jobs() -> int:
-    """How many steps `doit` runs at once by default: the cores it has ($QNN_JOBS overrides; `-n` as usual)."""
-    return max(1, int(os.environ.get(JOBS_ENV) or os.cpu_count() or 1))
 
 
 def memory_gb() -> float:
@@ -35,24 +28,19 @@ def slots_for(threads: int, peak_gb: float, jobs: int, memory: float) -> int:
     return 0 if slots >= jobs else slots
 
 
-def parse(text: str, where: str, stages) -> dict[str, int]:
-    """'compile:2,verify:1' -> {'compile': 2, 'verify': 1}; 0 means no limit. A mistake is one ERROR line."""
+def parse(text: str, stages) -> dict[str, int]:
+    """'compile:2,verify:1' -> {'compile': 2, 'verify': 1}; 0 means no limit. ValueError says what is wrong."""
     found = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         stage, _, count = item.partition(":")
         if not stage or not count.isdigit():
-            raise InvalidDodoFile(f"{where}: {item!r} is not <stage>:<slots> (example: compile:2,verify:1)")
+            raise ValueError(f"{item!r} is not <stage>:<slots> (example: compile:2,verify:1)")
         if stage not in stages:
             close = difflib.get_close_matches(stage, stages, n=1)
             hint = f"did you mean '{close[0]}'?" if close else f"stages: {', '.join(stages)}"
-            raise InvalidDodoFile(f"{where}: {item!r}: no stage {stage!r}; {hint}")
+            raise ValueError(f"{item!r}: no stage {stage!r}; {hint}")
         found[stage] = int(count)
     return found
-
-
-def configured(defaults: dict[str, int], stages, variable: str = "") -> dict[str, int]:
-    """`defaults`, overridden by $QNN_LIMITS, overridden by `doit limits=...` (its text: `variable`)."""
-    return {**defaults, **parse(os.environ.get(ENV, ""), f"${ENV}", stages), **parse(variable, f"{VAR}=", stages)}
 
 
 @contextlib.contextmanager

@@ -22,13 +22,15 @@ GITHUB_LIMIT = 256
 
 
 def load_tasks(dodo: str = "dodo.py", variables: tuple[str, ...] = ()) -> tuple[list, list[str]]:
-    """(the doit tasks, DOIT_CONFIG's default_tasks) of dodo.py with these `name=value` variables."""
-    from doit import doit_cmd, loader
-    doit_cmd.reset_vars()
-    for item in variables:
-        doit_cmd.set_var(*item.split("=", 1))
+    """(the doit tasks, DOIT_CONFIG's default_tasks) of dodo.py with these `name=value` variables (a dodo reads
+    them from doit's command line, sys.argv, as `doit name=value` gives them)."""
+    from doit import loader
     os.chdir(Path(dodo).resolve().parent)   # the dodo's paths are relative to its folder
-    namespace = runpy.run_path(Path(dodo).name)
+    argv, sys.argv = sys.argv, ["doit", *variables]
+    try:
+        namespace = runpy.run_path(Path(dodo).name)
+    finally:
+        sys.argv = argv
     return loader.load_tasks(namespace), namespace.get("DOIT_CONFIG", {}).get("default_tasks", [])
 
 

@@ -13,7 +13,6 @@ from doit.exceptions import TaskFailed
 
 from toolchain.engine import files, paths, stamps, statedb
 
-ENV, VAR = "QNN_REHASH", "rehash"
 _LOCAL = threading.local()   # one connection per thread: doit -n N runs actions in threads
 
 

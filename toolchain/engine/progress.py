@@ -12,7 +12,7 @@ import time
 
 from doit.reporter import ConsoleReporter
 
-from toolchain.engine import limits, paths
+from toolchain.engine import paths
 from toolchain.engine.files import atomic_path
 
 
@@ -22,14 +22,14 @@ def clock(seconds: float) -> str:
         f"{seconds // 60}:{seconds % 60:02d}"
 
 
-def requested_jobs(argv: list[str]) -> int:
-    """`-n N` / `--process=N` from doit's command line (its options do not reach a reporter), else the default."""
+def requested_jobs(argv: list[str], default: int) -> int:
+    """`-n N` / `--process=N` from doit's command line (its options do not reach a reporter), else `default`."""
     for i, arg in enumerate(argv):
         if arg in ("-n", "--process") and i + 1 < len(argv) and argv[i + 1].isdigit():
             return max(1, int(argv[i + 1]))
         if arg.startswith(("-n", "--process=")) and arg.split("=")[-1].lstrip("-n").isdigit():
             return max(1, int(arg.split("=")[-1].lstrip("-n")))
-    return limits.jobs()
+    return default
 
 
 def load_durations() -> dict:
@@ -40,12 +40,18 @@ def load_durations() -> dict:
         return {}
 
 
+def for_run(jobs: int) -> type[ProgressReporter]:
+    """doit's `reporter` for this run (doit makes it with its stream and options): `jobs` as resolved at load."""
+    return type("ProgressReporter", (ProgressReporter,), {"default_jobs": jobs})
+
+
 class ProgressReporter(ConsoleReporter):
     desc = "console output with [n/N], task durations and an ETA"
+    default_jobs = 1   # steps at once without -n (for_run gives this run's)
 
     def __init__(self, outstream, options):
         super().__init__(outstream, options)
-        self.jobs = requested_jobs(sys.argv)
+        self.jobs = requested_jobs(sys.argv, self.default_jobs)
         self.known = load_durations()
         self.started_at, self.running, self.done, self.ran, self.total = time.monotonic(), {}, set(), {}, 0
         self.pending = set()

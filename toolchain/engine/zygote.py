@@ -30,20 +30,10 @@ import threading
 import traceback
 from typing import IO
 
-ENV, VAR = "QNN_WORKERS", "workers"
 SERVE = "--serve"   # `python -m toolchain.engine.worker --serve ADDRESS` starts a server (worker.py knows the step)
 MODES = ("fork", "fresh")
 STOP = b"stop\n"   # what doit writes to a server's stdin before closing it at a clean end
 PR_SET_PDEATHSIG = 1   # prctl(2): a signal for this process when the thread that started it ends
-
-
-def mode(given: str = "") -> str:
-    """The worker mode: `workers=` on the command line, else $QNN_WORKERS, else fork."""
-    chosen = given or os.environ.get(ENV) or "fork"
-    if chosen not in MODES:
-        where = f"{VAR}={given}" if given else f"${ENV}={chosen}"
-        raise ValueError(f"{where}: expected {' or '.join(MODES)}")
-    return chosen
 
 
 class Server:

@@ -6,23 +6,28 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from toolchain import artifacts
 from toolchain.deploy import selector
 from toolchain.deploy.runtime_libs import family
 from toolchain.engine.files import read_json, write_json
 from toolchain.engine.worker import load_module
-from toolchain.errors import SpecError, StageFailed
+from toolchain.errors import StageFailed
 from toolchain.phone import adb, devrun, probe
-from toolchain.phone.phonetask import number, run_logged
+from toolchain.phone.phonetask import run_logged
 from toolchain.qnn import sdk as sdk_layout
 from toolchain.qnn.layout import ANDROID, device_libraries
 from toolchain.shared import measures, modeldata
 
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
+
 SERIAL = "@SERIAL@"   # the record's path depends on the phone, known only when the task runs
 
 
-def tasks(project, settings: dict):
+def tasks(project: Project):
+    settings = {name: project.options[name] for name in SETTINGS}   # `doit device:<m> sdk=... runs=20 minutes=30`
     for model in project.models:
         verify = model.verify
         chips = {c: _chip(model, project.chips[c]) for c in model.chips}
@@ -55,7 +60,7 @@ def measure(model, module_file, data_dir, clips, max_rel, index, chips, fallback
     clk, clk_source = probe.clock_ticks(phone)
     record = {"serial": serial, "device": probe.device_info(phone), "clk_tck": clk, "clk_tck_source": clk_source,
               "settings": settings, "before": probe.state(phone)}
-    pick = selector.select(record["device"]["soc_model"] or "", True, index, model=model, kind=settings["kind"])
+    pick = selector.select(record["device"]["soc_model"] or "", True, index, model_name=model, kind=settings["kind"])
     if not pick.npu:
         return _done(record, pick, fallback.replace(SERIAL, serial))
     chip = chips[pick.chip]
@@ -88,7 +93,8 @@ def measure(model, module_file, data_dir, clips, max_rel, index, chips, fallback
             result = _graph(phone, folder, name, g, man["graphs"][name]["io"], feeds[name], cpu[name], Path(tmp),
                             settings, clk, tool)
             if result.get("libraries_loaded") is False:
-                pick = selector.select(record["device"]["soc_model"], False, index, model=model, kind=settings["kind"])
+                pick = selector.select(record["device"]["soc_model"], False, index, model_name=model,
+                                       kind=settings["kind"])
                 record["graphs"][name] = result
                 return _done(record, pick, chip["record"].replace(SERIAL, serial))
             record["graphs"][name] = result
@@ -193,15 +199,4 @@ def _done(record: dict, pick, out: str) -> None:
           f"{record['device']['android']}): {'NPU' if pick.npu else 'CPU fallback'}: {pick.reason} -> {out}")
 
 
-VARIABLES = ("sdk", "ort_perf", "runs", "interval", "minutes", "input_seconds", "kind")
-
-
-def variables(get) -> dict:
-    """The device tasks' command-line variables (`doit device:<m> sdk=... runs=20 minutes=30`), checked."""
-    found = {"sdk": get("sdk", None) or os.environ.get(sdk_layout.ENV_ROOT), "ort_perf": get("ort_perf", None),
-             "runs": number(get, "runs", int, 10), "interval": number(get, "interval", float, 2.0),
-             "minutes": number(get, "minutes", float, 0.0), "input_seconds": number(get, "input_seconds", float, None),
-             "kind": get("kind", None) or "onnxruntime"}
-    if found["kind"] not in selector.KINDS:
-        raise SpecError(f"command line: kind={found['kind']}: expected one of {', '.join(selector.KINDS)}")
-    return found
+SETTINGS = ("sdk", "ort_perf", "runs", "interval", "minutes", "input_seconds", "kind")   # of toolchain/options.py

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from doit.exceptions import TaskFailed
 
-from toolchain.errors import SpecError, StageFailed
+from toolchain.errors import StageFailed
 
 
 def run_logged(function, kwargs: dict, log: str):
@@ -36,17 +36,3 @@ class _Tee:
     def flush(self) -> None:
         for s in self.streams:
             s.flush()
-
-
-def number(get, name: str, kind, default):
-    text = get(name, None)
-    if text in (None, ""):
-        return default
-    try:
-        value = kind(text)
-    except ValueError:
-        raise SpecError(f"command line: {name}={text}: "
-                        f"expected {'an integer' if kind is int else 'a number'}") from None
-    if value < 0:
-        raise SpecError(f"command line: {name}={text}: must not be negative")
-    return value

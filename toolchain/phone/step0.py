@@ -2,11 +2,16 @@
 with the numbers, whether moving it to the NPU is likely worth it."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from toolchain import artifacts
 from toolchain.engine.files import write_json
 from toolchain.errors import StageFailed
 from toolchain.phone import adb, probe
-from toolchain.phone.phonetask import number, run_logged
+from toolchain.phone.phonetask import run_logged
+
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
 
 # Our reading of the guide's criteria, as thresholds (heuristics, stated in every verdict).
 BUSY_THREAD_PCT = 50.0     # a thread that keeps half a core busy on average does real work
@@ -14,7 +19,9 @@ HEAVY_CORES = 1.5          # sustained load beyond one core: large matrix work s
 STABLE_SPREAD = 0.5        # per-interval load varies less than this (relative): stable work, not bursts
 
 
-def task(settings: dict) -> dict:
+def task(project: Project) -> dict:
+    """`doit step0 pid=<pid>` or `process=<name>`, optional `seconds=` (fixed task length) and `interval=`."""
+    settings = {name: project.options[name] for name in SETTINGS}
     return {"doc": "step 0 on the phone: pid=<pid> or process=<name> [seconds=<fixed task length>]: CPU load per "
                    "thread and wall time of today's CPU path -> is the NPU likely worth it? (opt-in; needs adb)",
             "actions": [(run_logged, (measure, {"settings": settings}, artifacts.step0_log()))],
@@ -75,10 +82,4 @@ def _pid_of(phone, process: str | None) -> int:
     return int(pids[0])
 
 
-VARIABLES = ("pid", "process", "seconds", "interval")
-
-
-def variables(get) -> dict:
-    """`doit step0 pid=<pid>` or `process=<name>`, optional `seconds=` (fixed task length) and `interval=`."""
-    return {"pid": number(get, "pid", int, None), "process": get("process", None),
-            "seconds": number(get, "seconds", float, None), "interval": number(get, "interval", float, 2.0)}
+SETTINGS = ("pid", "process", "seconds", "interval")   # of toolchain/options.py

@@ -4,20 +4,50 @@ from __future__ import annotations
 
 import math
 import time
+from typing import NotRequired, TypedDict
 
 import numpy as np
 
 
-def tensor_errors(reference, candidate, feeds_by_graph: dict, checks: dict | None = None) -> dict:
+class TensorErrors(TypedDict):
+    """element_errors(): one output of one call against the reference (crosses from a worker in its record)."""
+    max_abs: float
+    max_rel: float    # max_abs / range
+    p99_rel: float
+    cosine: float
+    range: float      # the reference's largest |value| (1 when all zero)
+
+
+class OutputCheck(TypedDict, total=False):
+    """One output's bound: graphs.<g>.checks.<output>, else the model's [verify] bounds (output_checks)."""
+    max_abs: float
+    max_rel: float
+    min_cosine: float
+    judged_by: str    # the task metric decides, not a tensor bound
+
+
+class GraphErrors(TypedDict):
+    """tensor_errors()[graph]: the worst over outputs and calls, as verify.json and parity.json record it."""
+    max_abs: float
+    max_rel: float
+    p99_rel: float
+    cosine: float
+    calls: int
+    seconds_per_call: float
+    outputs: NotRequired[dict[str, dict]]   # per output: _judged()
+
+
+def tensor_errors(reference, candidate, feeds_by_graph: dict,
+                  checks: dict[str, dict[str, OutputCheck]] | None = None) -> dict[str, GraphErrors]:
     """Per graph, worst over outputs and calls: max-abs error, max-abs error relative to the reference's
     range (its largest |value| in that call: one element decides it), the 99th percentile of the element
     errors relative to that range (robust to a few outliers), and the cosine similarity of each output as
     a whole vector. Under "outputs", the same per output, with the call where the output's check (`checks`:
     {graph: {output: check}}, see excess) is most exceeded, and whether it held."""
-    result = {}
+    result: dict[str, GraphErrors] = {}
     for graph, feeds_list in feeds_by_graph.items():
         worst = {"max_abs": 0.0, "max_rel": 0.0, "p99_rel": 0.0, "cosine": 1.0}
-        per_output: dict[str, list] = {}
+        per_output: dict[str, list[TensorErrors]] = {}
         seconds = 0.0
         for feeds in feeds_list:
             ref = reference(graph, feeds)
@@ -27,17 +57,18 @@ def tensor_errors(reference, candidate, feeds_by_graph: dict, checks: dict | Non
             for name, want in ref.items():
                 errors = element_errors(want, got[name])
                 per_output.setdefault(name, []).append(errors)
-                for key, value in errors.items():
-                    if key in worst:
-                        worst[key] = min(worst[key], value) if key == "cosine" else max(worst[key], value)
-        result[graph] = {**worst, "calls": len(feeds_list),
-                         "seconds_per_call": round(seconds / max(len(feeds_list), 1), 3)}   # the candidate's
+                for key in ("max_abs", "max_rel", "p99_rel"):
+                    worst[key] = max(worst[key], errors[key])   # type: ignore[literal-required]
+                worst["cosine"] = min(worst["cosine"], errors["cosine"])
+        result[graph] = GraphErrors(max_abs=worst["max_abs"], max_rel=worst["max_rel"], p99_rel=worst["p99_rel"],
+                                    cosine=worst["cosine"], calls=len(feeds_list),
+                                    seconds_per_call=round(seconds / max(len(feeds_list), 1), 3))   # the candidate's
         if checks is not None:
             result[graph]["outputs"] = {name: _judged(calls, checks[graph][name]) for name, calls in per_output.items()}
     return result
 
 
-def _judged(calls: list[dict], check: dict) -> dict:
+def _judged(calls: list[TensorErrors], check: OutputCheck) -> dict:
     """One output over its calls: the worst of each measure, and the call its check is most exceeded in."""
     judged = "judged_by" not in check
     ratios = [excess(e, check) for e in calls] if judged else [e["max_abs"] for e in calls]
@@ -48,7 +79,7 @@ def _judged(calls: list[dict], check: dict) -> dict:
             "passed": bool(ratios[call] <= 1.0) if judged else None}
 
 
-def excess(errors: dict, check: dict) -> float:
+def excess(errors: TensorErrors, check: OutputCheck) -> float:
     """How far one call's output is from its check (<= 1: within). max_abs and max_rel together bound the
     error like numpy's isclose: |error| <= max_abs + max_rel x range; min_cosine bounds 1 - cosine."""
     if "judged_by" in check:
@@ -81,16 +112,16 @@ def allowed(check: dict, where: str) -> str:
 RANGE = "range = the largest |value| of the CPU output in that call"
 
 
-def output_checks(graph, verify: dict) -> dict:
+def output_checks(graph, verify: dict) -> dict[str, OutputCheck]:
     """{output: check} of a graph: as declared in graphs.<g>.checks, else the model's [verify] bounds
     for the graph's precision (today's check, per output)."""
-    default = {"max_rel": verify["max_rel"] if graph.precision == "fp16" else verify["max_rel_w8a16"]}
+    default = OutputCheck(max_rel=verify["max_rel"] if graph.precision == "fp16" else verify["max_rel_w8a16"])
     if verify["min_cosine"]:
         default["min_cosine"] = verify["min_cosine"]
-    return {o.name: dict(graph.checks[o.name]) if o.name in graph.checks else default for o in graph.outputs}
+    return {o.name: OutputCheck(**graph.checks[o.name]) if o.name in graph.checks else default for o in graph.outputs}
 
 
-def check_source(graph, output: str, spec: str, check: dict | None = None, written: tuple = ()) -> str:
+def check_source(graph, output: str, spec: str, check: OutputCheck | None = None, written: tuple = ()) -> str:
     """Where an output's check was declared, for a failure message: the spec's key, or the default's name when the
     spec does not write it (`written`: the [verify] keys it writes)."""
     if output in graph.checks:
@@ -102,7 +133,7 @@ def check_source(graph, output: str, spec: str, check: dict | None = None, writt
     return f"{spec}: {' and '.join(said)}"
 
 
-def element_errors(want, got) -> dict:
+def element_errors(want, got) -> TensorErrors:
     """The error measures of one output (see tensor_errors); `range` is the scale max_rel divides by."""
     want, got = want.astype(np.float64).ravel(), got.astype(np.float64).ravel()
     diff = np.abs(want - got)
@@ -111,10 +142,10 @@ def element_errors(want, got) -> dict:
     norms = float(np.linalg.norm(want) * np.linalg.norm(got))
     cosine = float(np.dot(want, got) / norms) if norms else float(np.array_equal(want, got))
     if not np.all(np.isfinite(got)):   # inf/NaN from the candidate (an fp16 overflow): as bad as it gets
-        return {"max_abs": math.inf, "max_rel": math.inf, "p99_rel": math.inf, "cosine": -1.0, "range": scale}
-    return {"max_abs": float(diff.max(initial=0.0)), "max_rel": float(diff.max(initial=0.0)) / scale,
-            "p99_rel": float(np.percentile(diff, 99)) / scale if diff.size else 0.0, "cosine": cosine,
-            "range": scale}
+        return TensorErrors(max_abs=math.inf, max_rel=math.inf, p99_rel=math.inf, cosine=-1.0, range=scale)
+    return TensorErrors(max_abs=float(diff.max(initial=0.0)), max_rel=float(diff.max(initial=0.0)) / scale,
+                        p99_rel=float(np.percentile(diff, 99)) / scale if diff.size else 0.0, cosine=cosine,
+                        range=scale)
 
 
 def finite(value):

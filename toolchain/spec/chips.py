@@ -5,12 +5,23 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NotRequired, TypedDict
 
 from toolchain.errors import SpecError
 from toolchain.spec.table import Table
 
 TABLE = Path(__file__).with_name("chips.toml")
 CHIP_ID = re.compile(r"^[A-Z0-9]+$")
+
+
+class ChipRecord(TypedDict):
+    """Chip.record(): what of a chip reaches a compiler, in every per-chip task's settings and its step's kwargs."""
+    name: str
+    soc_model: int
+    htp_arch: int
+    vtcm_mb: int
+    fp16: bool
+    qairt: NotRequired[str]   # only for a QAIRT family other than the build's own
 
 
 @dataclass(frozen=True)
@@ -30,12 +41,14 @@ class Chip:
         """What task names say after '@': 'SM8750', or 'SM8750+qairt2.49' for another QAIRT family's build."""
         return f"{self.name}+qairt{self.family}" if self.family else self.name
 
-    def record(self) -> dict:
+    def record(self) -> ChipRecord:
         """The fields that reach the compiler (part of every per-chip task's settings); a non-default QAIRT
         family is one of them (the default's record stays as it was: nothing of today's build rebuilds)."""
-        found = {"name": self.name, "soc_model": self.soc_model, "htp_arch": self.htp_arch,
-                 "vtcm_mb": self.vtcm_mb, "fp16": self.fp16}
-        return {**found, "qairt": self.family} if self.family else found
+        found = ChipRecord(name=self.name, soc_model=self.soc_model, htp_arch=self.htp_arch, vtcm_mb=self.vtcm_mb,
+                           fp16=self.fp16)
+        if self.family:
+            found["qairt"] = self.family
+        return found
 
 
 def load(path: str | Path = TABLE) -> dict[str, Chip]:

@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from toolchain.spec.table import Settings
+
+if TYPE_CHECKING:   # annotations only: a compiler is set on a model by project.py, above this wing
+    from toolchain.backends.base import Backend
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -84,7 +88,7 @@ class Model:
     requires: Settings = Settings(())   # the model code's own packages: {requirement as written: installed version}
     qairt: tuple[str, ...] = ()   # the QAIRT families it builds, resolved by project.py; () = the build's own only
     verify_written: tuple[str, ...] = ()   # the [verify] bounds the spec writes (the others are defaults)
-    backend: object = None  # the compiler (backends/base.py Backend), set by project.py
+    backend: Backend = None  # type: ignore[assignment]  # the compiler, set by project.py (None until then)
 
     @property
     def code_files(self) -> list[str]:

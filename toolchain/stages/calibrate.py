@@ -11,6 +11,7 @@ tier checks ([verify] clips) are held out, so that check always runs on data the
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from doit.tools import config_changed
@@ -22,8 +23,11 @@ from toolchain.errors import StageFailed
 from toolchain.qnn.layout import native_permutation
 from toolchain.shared import modeldata
 
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
 
-def tasks(project):
+
+def tasks(project: Project):
     for model in project.models:
         onnx_files = {g.name: artifacts.simplified(model, g) for g in model.graphs}
         for graph in model.graphs:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -13,10 +14,13 @@ from toolchain.errors import StageFailed
 from toolchain.shared import modeldata
 from toolchain.stages import export
 
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
+
 DOC = "verify the pinned checkpoint's sha256 and convert it for the export code"
 
 
-def tasks(project):
+def tasks(project: Project):
     for model in project.models:
         ck = model.checkpoint
         if ck is None:   # every graph's ONNX comes from a declared command or file

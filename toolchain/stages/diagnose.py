@@ -15,6 +15,7 @@ import math
 import os
 import tempfile
 import time
+from typing import TYPE_CHECKING, cast
 
 from doit.tools import config_changed
 
@@ -25,10 +26,13 @@ from toolchain.errors import StageFailed
 from toolchain.shared import measures, modeldata
 from toolchain.shared.iorecord import io_record
 
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
+
 FLOATS = (1, 10)   # onnx.TensorProto.FLOAT, FLOAT16: the tensors compared (not shapes or indices)
 
 
-def tasks(project):
+def tasks(project: Project):
     for model, chip in project.model_chips():
         backend, cut = model.backend, pieces(model, chip)
         if not cut:
@@ -102,14 +106,14 @@ def locate(module_file: str, graphs: dict, data_dir, clips: list, io: dict, piec
     with tempfile.TemporaryDirectory(prefix="diagnose-") as scratch:
         for name, path in graphs.items():
             factory, kwargs = pieces[name]
-            model = onnx.load(path)
-            record[name] = bisect(model, feeds[name][0], lambda piece: factory(piece=piece, **kwargs),
+            onnx_model = onnx.load(path)
+            record[name] = bisect(onnx_model, feeds[name][0], lambda piece: factory(piece=piece, **kwargs),
                                   thresholds[name], os.path.join(scratch, name))
             print(f"{name}: {_line(record[name])}", flush=True)
     write_json(out, measures.finite(record))
 
 
-def bisect(model, feeds: dict, compile_piece, limits: dict, scratch: str, output: str | None = None) -> dict:
+def bisect(onnx_model, feeds: dict, compile_piece, limits: dict, scratch: str, output: str | None = None) -> dict:
     """The first op whose output is beyond `limits` on the compiled piece, following the data: a bisection over
     the ops the bad tensor is computed from (graph order is no chain: another branch's ops sit between), then the
     bad op's own feeders asked; a bad feeder moves the search up its ancestors, until an op whose feeders are all
@@ -117,14 +121,14 @@ def bisect(model, feeds: dict, compile_piece, limits: dict, scratch: str, output
     With `output`, among the ops that output depends on only (the failing output, not another)."""
     import onnx
     started = time.monotonic()
-    points = cut_points(model, output)
+    points = cut_points(onnx_model, output)
     if not points:
         raise StageFailed("no float tensor produced by an op to cut the graph at")
     checked = {}
 
     def bad(i: int):
         if i not in checked:
-            checked[i] = measure(model, points[i], feeds, compile_piece, f"{scratch}/{i}", onnx)
+            checked[i] = measure(onnx_model, points[i], feeds, compile_piece, f"{scratch}/{i}", onnx)
         result = checked[i]
         if "error" in result:
             return None
@@ -136,27 +140,27 @@ def bisect(model, feeds: dict, compile_piece, limits: dict, scratch: str, output
     if whole is False:
         found.update(first_divergent=None, verdict="every output is within the limits on this input")
     else:
-        lo, hi = _follow(model, points, bad, last)
+        lo, hi = _follow(onnx_model, points, bad, last)
         found["first_divergent"] = {**points[hi], **checked[hi]}
         found["last_within"] = {**points[lo], **checked[lo]} if lo >= 0 else None
         found["verdict"] = (f"op {points[hi]['op']} ({points[hi]['op_type']}) is the first whose output "
                             f"{points[hi]['tensor']} departs from the CPU")
-        found["alone"] = alone(model, points[hi], feeds, compile_piece, f"{scratch}/alone", onnx)
+        found["alone"] = alone(onnx_model, points[hi], feeds, compile_piece, f"{scratch}/alone", onnx)
     found["compiles"] = len(checked) + (1 if "alone" in found else 0)
     found["checked"] = [{**points[i], **checked[i]} for i in sorted(checked)]
     found["seconds"] = round(time.monotonic() - started, 1)
     return found
 
 
-def _follow(model, points: list[dict], bad, hi: int) -> tuple[int, int]:
+def _follow(onnx_model, points: list[dict], bad, hi: int) -> tuple[int, int]:
     """(last within, first bad) point indices: bisect the bad point's ancestors; while the op found has a bad
     feeder, start again from that feeder (each round searches a strictly smaller set of ancestors)."""
     at = {p["index"]: i for i, p in enumerate(points)}
     while True:
-        above = _ancestors(model, points[hi]["tensor"])
+        above = _ancestors(onnx_model, points[hi]["tensor"])
         lo, hi = _transition([i for i in range(hi) if points[i]["index"] in above] + [hi], bad)
-        node = model.graph.node[points[hi]["index"]]
-        feeders = sorted({at[j] for j in _producers(model, node) if j in at})
+        node = onnx_model.graph.node[points[hi]["index"]]
+        feeders = sorted({at[j] for j in _producers(onnx_model, node) if j in at})
         worse = next((f for f in feeders if bad(f)), None)
         if worse is None:
             return lo, hi
@@ -178,29 +182,30 @@ def _transition(order: list[int], bad) -> tuple[int, int]:
     return (order[lo] if lo >= 0 else -1), order[hi]
 
 
-def alone(model, point: dict, feeds: dict, compile_piece, folder: str, onnx) -> dict:
+def alone(onnx_model, point: dict, feeds: dict, compile_piece, folder: str, onnx) -> dict:
     """The op of `point` as a graph of its own, fed the CPU's values of its inputs: its error on the compiler
     against the CPU (the fault is the op's own), or {"error"} when the lone op does not compile."""
     os.makedirs(folder, exist_ok=True)
-    node = model.graph.node[point["index"]]
-    constants = {t.name: t for t in model.graph.initializer}
+    node = onnx_model.graph.node[point["index"]]
+    constants = {t.name: t for t in onnx_model.graph.initializer}
     wanted = [i for i in dict.fromkeys(node.input) if i and i not in constants]
-    infos = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
-    infos.update({v.name: v for v in [*model.graph.input, *model.graph.output]})
+    infos = {v.name: v for v in onnx.shape_inference.infer_shapes(onnx_model).graph.value_info}
+    infos.update({v.name: v for v in [*onnx_model.graph.input, *onnx_model.graph.output]})
     untyped = [i for i in [*wanted, point["tensor"]] if i not in infos]
     if untyped:
         return {"error": f"no type inferred for {', '.join(untyped)}"}
     probe = onnx.ModelProto()
-    probe.CopyFrom(model)
+    probe.CopyFrom(onnx_model)
     known = {o.name for o in probe.graph.output}
     probe.graph.output.extend(infos[i] for i in wanted if i not in known and i not in feeds)
     onnx.save(probe, f"{folder}/inputs.onnx")
-    inputs = {i.name: feeds[i.name] for i in model.graph.input if i.name in feeds}
+    inputs = {i.name: feeds[i.name] for i in onnx_model.graph.input if i.name in feeds}
     values = {**modeldata.cpu(f"{folder}/inputs.onnx")(inputs), **inputs}
     graph = onnx.helper.make_graph([node], "alone", [infos[i] for i in wanted], [infos[point["tensor"]]],
                                    initializer=[constants[i] for i in node.input if i in constants])
     piece = f"{folder}/alone.onnx"
-    onnx.save(onnx.helper.make_model(graph, opset_imports=model.opset_import, ir_version=model.ir_version), piece)
+    onnx.save(onnx.helper.make_model(graph, opset_imports=onnx_model.opset_import, ir_version=onnx_model.ir_version),
+              piece)
     fed = {i: values[i] for i in wanted}
     want = modeldata.cpu(piece)(fed)[point["tensor"]]
     try:
@@ -208,20 +213,20 @@ def alone(model, point: dict, feeds: dict, compile_piece, folder: str, onnx) -> 
     except Exception as err:   # a lone op the compiler refuses: said, never the finding's failure
         return {"error": f"{type(err).__name__}: {str(err)[:300]}"}
     errors = measures.element_errors(want, got)
-    return {k: (round(v, 6) if math.isfinite(v) else v) for k, v in errors.items()}
+    return _rounded(errors)
 
 
-def cut_points(model, output: str | None = None) -> list[dict]:
+def cut_points(onnx_model, output: str | None = None) -> list[dict]:
     """Each op's first float output that depends on a graph input, in graph (topological) order; with
     `output`, only the ops that output is computed from (ending with the op that produces it)."""
     import onnx
-    needed = _ancestors(model, output) if output else None
-    inferred = onnx.shape_inference.infer_shapes(model)
+    needed = _ancestors(onnx_model, output) if output else None
+    inferred = onnx.shape_inference.infer_shapes(onnx_model)
     types = {v.name: v.type.tensor_type.elem_type for v in
              [*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input]}
-    live = {i.name for i in model.graph.input} - {t.name for t in model.graph.initializer}
+    live = {i.name for i in onnx_model.graph.input} - {t.name for t in onnx_model.graph.initializer}
     points = []
-    for index, node in enumerate(model.graph.node):
+    for index, node in enumerate(onnx_model.graph.node):
         if not any(i in live for i in node.input):
             continue   # computed from constants only (folded by onnxsim; nothing to compare)
         live.update(o for o in node.output if o)
@@ -234,12 +239,12 @@ def cut_points(model, output: str | None = None) -> list[dict]:
     return points
 
 
-def measure(model, point: dict, feeds: dict, compile_piece, folder: str, onnx) -> dict:
+def measure(onnx_model, point: dict, feeds: dict, compile_piece, folder: str, onnx) -> dict:
     """The piece ending at `point`: compiled and run, against the CPU on the same feeds."""
     os.makedirs(folder, exist_ok=True)
-    needed = _inputs_of(model, point["tensor"])
+    needed = _inputs_of(onnx_model, point["tensor"])
     piece_path = f"{folder}/piece.onnx"
-    piece = onnx.utils.Extractor(model).extract_model(needed, [point["tensor"]])
+    piece = onnx.utils.Extractor(onnx_model).extract_model(needed, [point["tensor"]])
     onnx.save(piece, piece_path)
     inputs = {k: v for k, v in feeds.items() if k in needed}
     want = modeldata.cpu(piece_path)(inputs)[point["tensor"]]
@@ -248,31 +253,31 @@ def measure(model, point: dict, feeds: dict, compile_piece, folder: str, onnx) -
     except StageFailed as err:   # e.g. a cut that leaves a piece the compiler refuses
         return {"error": str(err)[:300]}
     errors = measures.element_errors(want, got)
-    return {k: (round(v, 6) if math.isfinite(v) else v) for k, v in errors.items()}
+    return _rounded(errors)
 
 
-def _ancestors(model, tensor: str) -> set[int]:
+def _ancestors(onnx_model, tensor: str) -> set[int]:
     """Indices of the nodes `tensor` is computed from (itself included)."""
-    producer = {o: i for i, n in enumerate(model.graph.node) for o in n.output}
+    producer = {o: i for i, n in enumerate(onnx_model.graph.node) for o in n.output}
     seen, stack = set(), [tensor]
     while stack:
         name = stack.pop()
         if name in producer and producer[name] not in seen:
             seen.add(producer[name])
-            stack.extend(i for i in model.graph.node[producer[name]].input if i)
+            stack.extend(i for i in onnx_model.graph.node[producer[name]].input if i)
     return seen
 
 
-def _producers(model, node) -> set[int]:
+def _producers(onnx_model, node) -> set[int]:
     """Indices of the nodes whose outputs `node` reads."""
-    producer = {o: i for i, n in enumerate(model.graph.node) for o in n.output}
+    producer = {o: i for i, n in enumerate(onnx_model.graph.node) for o in n.output}
     return {producer[i] for i in node.input if i in producer}
 
 
-def _inputs_of(model, tensor: str) -> list[str]:
+def _inputs_of(onnx_model, tensor: str) -> list[str]:
     """The graph inputs `tensor` depends on."""
-    producer = {o: n for n in model.graph.node for o in n.output}
-    graph_inputs = {i.name for i in model.graph.input} - {t.name for t in model.graph.initializer}
+    producer = {o: n for n in onnx_model.graph.node for o in n.output}
+    graph_inputs = {i.name for i in onnx_model.graph.input} - {t.name for t in onnx_model.graph.initializer}
     seen, stack, found = set(), [tensor], []
     while stack:
         name = stack.pop()
@@ -283,7 +288,11 @@ def _inputs_of(model, tensor: str) -> list[str]:
             found.append(name)
         elif name in producer:
             stack.extend(i for i in producer[name].input if i)
-    return [i.name for i in model.graph.input if i.name in found]
+    return [i.name for i in onnx_model.graph.input if i.name in found]
+
+
+def _rounded(errors: measures.TensorErrors) -> dict[str, float]:
+    return {k: (round(v, 6) if math.isfinite(v) else v) for k, v in cast(dict[str, float], errors).items()}
 
 
 def _line(found: dict) -> str:

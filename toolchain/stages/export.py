@@ -7,6 +7,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -17,12 +18,15 @@ from toolchain.engine.worker import load_module, run
 from toolchain.errors import StageFailed
 from toolchain.shared.iorecord import io_record
 
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
+
 
 def tool_version() -> dict:
     return {"torch": versions.version("torch"), "onnxscript": versions.version("onnxscript")}
 
 
-def tasks(project):
+def tasks(project: Project):
     for model in project.models:
         settings_export = dict(model.export)
         for graph in model.graphs:
@@ -144,18 +148,18 @@ def given(src: str, sha: str, out: str, record: str, io: dict, origin: str = "")
                         "commit": repo_commit()})
 
 
-def pin_shapes(model, io: dict, where: str) -> dict:
+def pin_shapes(onnx_model, io: dict, where: str) -> dict:
     """Set every dynamic input axis to the declared size (in place), infer all shapes again and check that
     every output is static and as declared; {input: {axis: "N -> 1"}} of what was fixed. A declared size
     that contradicts a fixed one, or an output axis no input decides, is one line naming the axis."""
     import onnx
-    graph = model.graph
+    graph = onnx_model.graph
     initializers = {t.name for t in graph.initializer}
     inputs = {i.name: i for i in graph.input if i.name not in initializers}
     declared = {name: shape for name, shape, _ in io["inputs"]}
     if set(inputs) != set(declared):
         raise StageFailed(f"{where}: inputs {sorted(inputs)}, the spec declares {sorted(declared)}")
-    fixed = {}
+    fixed: dict[str, dict[str, str]] = {}
     for name, shape in declared.items():
         dims = inputs[name].type.tensor_type.shape.dim
         if len(dims) != len(shape):
@@ -178,7 +182,7 @@ def pin_shapes(model, io: dict, where: str) -> dict:
             if not dim.HasField("dim_value") or dim.dim_value <= 0:
                 dim.Clear()
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(onnx_model, strict_mode=True, data_prop=True)
     except Exception as err:   # onnx's InferenceError: a node that cannot take the pinned shapes
         raise StageFailed(f"{where}: shapes pinned to the spec's {declared} do not fit the model: "
                           f"{str(err).strip().splitlines()[0][:300]}") from None
@@ -195,7 +199,7 @@ def pin_shapes(model, io: dict, where: str) -> dict:
         if output.name in wanted and got != list(wanted[output.name]):
             raise StageFailed(f"{where}: output {output.name} is {got} with the inputs pinned, the spec declares "
                               f"{wanted[output.name]}")
-    model.graph.CopyFrom(inferred.graph)
+    onnx_model.graph.CopyFrom(inferred.graph)
     return fixed
 
 

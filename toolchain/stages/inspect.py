@@ -4,6 +4,7 @@ for)."""
 from __future__ import annotations
 
 import collections
+from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -14,11 +15,14 @@ from toolchain.errors import StageFailed
 from toolchain.rewrites import known_wrong
 from toolchain.shared.iorecord import io_record
 
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
+
 DTYPES = {1: "float32", 10: "float16", 6: "int32", 7: "int64", 3: "int8", 2: "uint8", 9: "bool", 11: "float64"}
 INT8 = {2, 3}   # quantize in QNN, never in the ONNX (the guide)
 
 
-def tasks(project):
+def tasks(project: Project):
     for model in project.models:
         for graph in model.graphs:
             src, out = artifacts.simplified(model, graph), artifacts.inspected(model, graph)

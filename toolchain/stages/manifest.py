@@ -1,6 +1,8 @@
 """Per (model, chip): one JSON record of what was built and measured, next to the binaries."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from doit.tools import config_changed
 
 from toolchain import artifacts
@@ -11,12 +13,15 @@ from toolchain.qnn import compat
 from toolchain.spec.table import plain
 from toolchain.stages import parity, simplify, stream
 
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
+
 # What the binary's own config string says about the request (the full string is in *.compile.json).
 CONFIG_KEYS = ("soc_type", "arch", "vtcm_size", "relaxed_precision_flag", "OpO", "hvx_threads")
 SECTIONS = {"parity", "exports", "inspect", "compile", "verify"}   # the records every compiler's manifest reads
 
 
-def tasks(project):
+def tasks(project: Project):
     for model, chip in project.model_chips():
         sources = _sources(project, model, chip)
         meta = {"model": model.name, "description": model.description, "license": dict(model.license),
@@ -26,7 +31,7 @@ def tasks(project):
                 "chip": {**chip.record(), "marketing": chip.marketing}, "toolchain": model.toolchain,
                 "precision": {g.name: g.precision for g in model.graphs},
                 "tools": {"simplify": simplify.tool_version(), "compiler": model.backend.identity(chip)},
-                "runtime_libraries": model.backend.runtime_libraries(chip.record())}
+                "runtime_libraries": model.backend.runtime_libraries(chip)}
         own = {g.name: plain(g.compile) for g in model.graphs if g.compile}
         if own:   # declared only: a model without them keeps its manifest (and bundles) as they were
             meta["compile_options"] = own
@@ -48,7 +53,7 @@ def tasks(project):
                "uptodate": [config_changed(meta)]}
 
 
-def _sources(project, model, chip) -> dict:
+def _sources(project: Project, model, chip) -> dict:
     sources = {"parity": artifacts.parity(model) if parity.available(model) else {},
                "exports": {g.name: artifacts.export_record(model, g) for g in model.graphs},
                "inspect": {g.name: artifacts.inspected(model, g) for g in model.graphs},

@@ -2,6 +2,8 @@
 on real inputs, once per model."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from doit.tools import config_changed
 
 from toolchain import artifacts
@@ -14,8 +16,11 @@ from toolchain.shared.iorecord import io_record
 from toolchain.spec import REFERENCES
 from toolchain.stages import export, stream
 
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
 
-def tasks(project):
+
+def tasks(project: Project):
     tool = {"torch": versions.version("torch"), "onnxruntime": versions.version("onnxruntime")}
     for model in project.models:
         if not available(model):
@@ -101,7 +106,7 @@ def compare(module, module_file: str, reference, candidate, data_dir, io: dict, 
     record = {"tensors": errors, "settings": settings}
     failures = [f"{g}: max abs error {e['max_abs']:.3g} > {settings['max_abs']}"
                 for g, e in errors.items() if e["max_abs"] > settings["max_abs"]]
-    runs = {}
+    runs: dict = {}
     if streams and samples:
         bound = {g: {o[0]: {"max_abs": settings["max_abs"]} for o in io[g]["outputs"]} for g in streams}
         sources = {g: {o[0]: where for o in io[g]["outputs"]} for g in streams}

@@ -3,17 +3,21 @@ chart, to build/report.html by report_html.py)."""
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from toolchain import artifacts
 from toolchain.engine.files import atomic_path, read_json
 from toolchain.engine.worker import in_process
 from toolchain.stages import families, manifest, report_html
 
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
+
 COLUMNS = ("model", "chip", "arch", "precision", "binaries MB", "compile s", "parity max abs",
            "parity task", "sim max rel", "sim task (default)", "sim task (full)", "verify s", "SDK")
 
 
-def tasks(project):
+def tasks(project: Project):
     manifests, runs = sources(project, project.model_chips())
     return {"doc": "summary table of all manifests -> build/report.md (and stdout), build/report.html",
             "file_dep": manifests + runs, "targets": [artifacts.REPORT, artifacts.REPORT_HTML], "clean": True,
@@ -22,7 +26,7 @@ def tasks(project):
                         (in_process, (report_html.write, manifests, artifacts.REPORT_HTML))]}
 
 
-def sources(project, model_chips) -> tuple[list[str], list[str]]:
+def sources(project: Project, model_chips) -> tuple[list[str], list[str]]:
     """The manifests of these (model, chip) pairs, and the runtime-loop records of the runtime-gated ones."""
     pairs = list(model_chips)
     return ([artifacts.manifest(m, c) for m, c in pairs],
@@ -30,7 +34,7 @@ def sources(project, model_chips) -> tuple[list[str], list[str]]:
              for tier in ("default", "full") if tier == "default" or project.wants_full_tier(m, c)])
 
 
-def of_part(project, model_chips, out: str) -> dict:
+def of_part(project: Project, model_chips, out: str) -> dict:
     """What `doit model:<name>` and `doit chip:<CHIP>` add to their tasks: the report of what that part of the
     build made (the same tables as build/report.md), without building the rest."""
     manifests, runs = sources(project, model_chips)
@@ -132,7 +136,7 @@ def qnn_rows(manifests: list[dict]) -> list[list[str]]:
     return rows
 
 
-def write(manifests: list[str], out: str, runs: list[str] = ()):
+def write(manifests: list[str], out: str, runs: tuple[str, ...] | list[str] = ()):
     records = [read_json(p) for p in manifests]
     by_chip = {}
     for path in runs:   # the default tier's record, replaced by the full tier's where it ran

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from html import escape
+from typing import cast
 
 from toolchain.engine.files import atomic_path, read_json
 from toolchain.shared import measures
@@ -89,10 +90,11 @@ def checks(record: dict) -> list[dict]:
 def _check(tier: str, name: str, check: dict, errors: dict, passed, where: str) -> dict:
     if passed is None:
         return _entry(tier, name, None, f"judged by the task metric: {check.get('reason', '')}")
-    numbers = {k: float(v) for k, v in errors.items()}   # float(): inf is recorded as "inf"
+    # float(): a record says "inf" for an infinite error
+    numbers = cast(measures.TensorErrors, {k: float(v) for k, v in errors.items()})
     detail = (f"max |error| {numbers['max_abs']:.3g}, cosine {numbers['cosine']:.6f}, range {numbers['range']:.3g}; "
               f"allowed {measures.allowed(check, where)}")
-    return _entry(tier, name, measures.excess(numbers, check), detail)
+    return _entry(tier, name, measures.excess(numbers, cast(measures.OutputCheck, check)), detail)
 
 
 def _graph_check(tier: str, graph: str, t: dict, bounds: dict) -> dict:

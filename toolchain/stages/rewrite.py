@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -18,8 +19,11 @@ from toolchain.shared import measures, modeldata
 from toolchain.shared.iorecord import io_record
 from toolchain.stages import parity, stream
 
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
 
-def tasks(project):
+
+def tasks(project: Project):
     tool = {"onnxruntime": versions.version("onnxruntime")}
     for model in project.models:
         if not parity.rewritten(model):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -16,10 +17,13 @@ from toolchain.rewrites import library as rewrites
 from toolchain.spec.table import plain
 from toolchain.stages.export import onnx_or_fail
 
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
+
 REWRITE_CODE = sorted(str(p) for p in Path(rewrites.__file__).parent.glob("*.*") if p.suffix in (".py", ".toml"))
 
 
-def tasks(project):
+def tasks(project: Project):
     tool = tool_version()
     for model in project.models:
         for graph in model.graphs:

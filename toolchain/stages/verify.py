@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -18,8 +19,11 @@ from toolchain.shared import measures, modeldata
 from toolchain.shared.iorecord import io_record
 from toolchain.stages import diagnose, stream
 
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
 
-def tasks(project, tier: str):
+
+def tasks(project: Project, tier: str):
     for model, chip in project.model_chips():
         if tier == "full" and project.runtime_gate(model):   # its full tier is the runtime's own loop
             continue
@@ -105,7 +109,7 @@ def check(module_file: str, graphs: dict, data_dir, simulators: dict, checks: di
                                 f"{measures.allowed(w['check'], sources[g][o])}")
     failing = [(g, o, feeds[g][w["worst_call"]]) for g, e in errors.items() for o, w in e["outputs"].items()
                if w["passed"] is False]
-    runs = {}
+    runs: dict = {}
     if streams and samples:   # the build's own chunk loop on the CPU ONNX and on the simulator
         record["stream"], lines, worst, runs = stream.compare_runs(module, samples, streams, io, cpu_run, sim_run,
                                                                    outputs, sources, module_file)

@@ -9,8 +9,10 @@ from collections.abc import Mapping
 from toolchain import artifacts
 from toolchain.backends import base
 from toolchain.backends.ort_qnn import compile, convert, ep, families, familyrun, modellib, oracle, quantize
+from toolchain.engine.options import Options
 from toolchain.errors import SpecError
 from toolchain.shared.iorecord import io_record
+from toolchain.spec.chips import Chip
 from toolchain.stages import Stage
 
 NAME = ep.NAME
@@ -35,7 +37,7 @@ class Backend(base.Backend):
               Stage("oracle", oracle.tasks, "The route's binary == the EP's direct compile, byte for byte, per graph "
                     "and chip; ort-qnn, on demand.", "graph@chip", default=False, memory_gb=1.0))
 
-    def preflight(self, models, chips: dict) -> None:
+    def preflight(self, models, chips: dict, options: Options) -> None:
         """The route's model libraries need a C compiler: one line at load when there is none."""
         routed = [m for m in models if any(ep.uses_route(g) for g in m.graphs)]
         if routed and modellib.compiler() is None:
@@ -45,7 +47,7 @@ class Backend(base.Backend):
         """`[compile] runtime_qairt` / `qairt`, or the command line's `qairt=` for this run: family names, "" for the
         build's own (the default family keeps today's task names, paths and settings)."""
         where = f"{model.spec_file}: compile"
-        names = families.parse_var(override) if override else \
+        names = (families.parse_var(override) or ()) if override else \
             families.resolve(model.compile.get("runtime_qairt"), model.compile.get("qairt"), where)
         own = families.default().name
         return () if names in ((), (own,)) else tuple("" if n == own else n for n in names)
@@ -114,9 +116,8 @@ class Backend(base.Backend):
     def host_libraries(self) -> dict:
         return {"backend_lib": None, "system_lib": None}
 
-    def runtime_libraries(self, chip: dict) -> dict:
-        family = families.table()[chip["qairt"]] if chip.get("qairt") else families.default()
-        return ep.runtime_libraries(chip, family)
+    def runtime_libraries(self, chip: Chip) -> dict:
+        return ep.runtime_libraries(chip.record(), _family(chip) or families.default())
 
     def manifest_sources(self, model, chip) -> dict:
         """What each graph became on the NPU (QNN op counts, weight bytes), from its convert record."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -16,8 +17,11 @@ from toolchain.errors import StageFailed
 from toolchain.qnn import qnnbin
 from toolchain.stages import parity
 
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
 
-def tasks(project):
+
+def tasks(project: Project):
     for model, graph, chip in project.graph_chips(ep.NAME):
         tool = families.tool(chip.family)
         options = model.backend.options(model, graph, chip)

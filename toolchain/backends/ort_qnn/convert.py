@@ -16,6 +16,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -26,16 +27,19 @@ from toolchain.engine.worker import run
 from toolchain.errors import StageFailed
 from toolchain.stages import parity
 
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
+
 SAVER_DIR = "saver_output"   # where the Saver writes, relative to the working folder (no option moves it)
 
 
-def tasks(project):
+def tasks(project: Project):
     for model in project.models_of(ep.NAME):
         for family in model.qairt or ("",):   # each QAIRT family records its own lowering (in its own interpreter)
             yield from _tasks(project, model, family)
 
 
-def _tasks(project, model, family: str):
+def _tasks(project: Project, model, family: str):
     for graph in model.graphs:
         if not ep.uses_route(graph):
             continue

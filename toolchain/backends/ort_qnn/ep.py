@@ -16,6 +16,7 @@ from toolchain.engine import versions
 from toolchain.engine.files import atomic_dir
 from toolchain.errors import StageFailed
 from toolchain.rewrites import library as rewrites
+from toolchain.spec.chips import ChipRecord
 
 NAME = "ort-qnn"
 # Printed whenever libQnnHtp.so is loaded (the LIBNATIVE line on stdout) or a QNN session opens; pure noise.
@@ -287,7 +288,7 @@ def piece_simulator(piece: str, options: dict):
     return simulator(out, options)
 
 
-def runtime_libraries(chip: dict, family) -> dict:
+def runtime_libraries(chip: ChipRecord, family) -> dict:
     """What an app must ship next to this chip's binaries: QNN libraries of the compiler's QAIRT family or newer
     (`family`: families.Family; the default one's record is as it was before families)."""
     arch = chip["htp_arch"]

@@ -15,6 +15,7 @@ import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -26,8 +27,10 @@ from toolchain.engine.worker import in_process
 from toolchain.errors import StageFailed
 from toolchain.qnn import compat
 
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
+
 TABLE = Path(__file__).with_name("families.toml")
-VAR = "qairt"   # `doit qairt=2.49` (or a runtime version, or a comma list): this run's families, every embedded model
 # What a family's environment holds besides its wheel pair: what the build's steps import there (no torch), at the
 # versions of the build's own environment, so a step's Python code runs the same on every family.
 SHARED = ("onnx", "numpy", "doit", "packaging")
@@ -87,16 +90,17 @@ def default() -> Family:
 
 def for_runtime(runtime: str, where: str) -> Family:
     """The newest family whose binaries a runtime of `runtime` loads; a runtime older than every family is one
-    line naming the ways out."""
+    line naming the ways out (after `where`, when given)."""
+    prefix = f"{where}: " if where else ""
     try:
         wanted = key(runtime)
     except ValueError as err:
-        raise ValueError(f"{where}: {err}") from None
+        raise ValueError(f"{prefix}{err}") from None
     usable = [f for f in table().values() if key(f.name) <= wanted]
     if not usable:
         oldest = min(table(), key=key)
         raise ValueError(
-            f"{where}: {runtime}: a QNN runtime of QAIRT {runtime} refuses binaries of every QAIRT this build has "
+            f"{prefix}{runtime}: a QNN runtime of QAIRT {runtime} refuses binaries of every QAIRT this build has "
             f"({', '.join(table())}: the onnxruntime-qnn wheels; a runtime loads only binaries of its own or an older "
             f"QAIRT); ways out: ship QNN runtime libraries of QAIRT >= {oldest} with the app, or build with a real "
             f"QAIRT SDK of {runtime} (toolchain = \"qairt\", QNN_SDK_ROOT)")
@@ -121,13 +125,13 @@ def resolve(runtime: str | None, listed, where: str) -> tuple[str, ...]:
     return () if unique == (default().name,) else unique
 
 
-def parse_var(value: str) -> tuple[str, ...] | None:
-    """`qairt=2.49,2.51` / `qairt=all` on the command line: this run's families (None: not given)."""
+def parse_var(value: str, where: str = "") -> tuple[str, ...] | None:
+    """`qairt=2.49,2.51` / `qairt=all` on the command line (toolchain/options.py): this run's families (None: not
+    given)."""
     if not value:
         return None
     if value == "all":
         return tuple(table())
-    where = f"command line: {VAR}={value}"
     return tuple(dict.fromkeys(for_runtime(v, where).name for v in value.split(",")))
 
 
@@ -172,7 +176,7 @@ def tool_files(name: str) -> list[str]:
     return [artifacts.qairt_env(name)] if name else ep.library_files()
 
 
-def tasks(project):
+def tasks(project: Project):
     for family in in_use(project):
         folder, record = artifacts.qairt_env_dir(family.name), artifacts.qairt_env(family.name)
         settings = {"family": family.record(), "packages": family.packages(), "python": sys.version.split()[0]}
@@ -191,7 +195,7 @@ def _env_intact(family: Family):
     return check
 
 
-def in_use(project) -> list[Family]:
+def in_use(project: Project) -> list[Family]:
     """The non-default families some model builds (the default one is the build's own environment)."""
     names = dict.fromkeys(f for m in project.models for f in m.qairt if f)   # "": the build's own
     return [table()[n] for n in names]

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -17,6 +18,9 @@ from toolchain import artifacts
 from toolchain.backends.ort_qnn import ep, families
 from toolchain.engine import external
 from toolchain.engine.files import sha256
+
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
 
 TARGET = "x86_64-linux"
 CSRC = Path(__file__).with_name("csrc")
@@ -62,7 +66,7 @@ def shipped_sources() -> dict[str, str]:
     return {p.relative_to(CSRC).as_posix(): sha256(p) for p in sorted(CSRC.rglob("*")) if p.is_file()}
 
 
-def tasks(project):
+def tasks(project: Project):
     cc = compiler()
     for model in project.models_of(ep.NAME):
         for family in model.qairt or ("",):   # a family's recording is its own: so is its library

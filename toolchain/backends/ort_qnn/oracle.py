@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -28,12 +29,15 @@ from toolchain.engine.worker import run
 from toolchain.errors import StageFailed
 from toolchain.qnn import qnnbin
 
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
+
 
 def record_path(model, graph, chip) -> str:
     return f"{artifacts.chip_dir(model, chip)}/{graph.name}.oracle.json"
 
 
-def tasks(project):
+def tasks(project: Project):
     for model, graph, chip in project.graph_chips(ep.NAME):
         tool = families.tool(chip.family)
         if not ep.uses_route(graph):

@@ -14,6 +14,8 @@ to its float embeddings (CPU emulation of the QDQ graph; 0.982 on the HTP simula
 at the same size (measured on the default verification sentences)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from doit.tools import config_changed
 
 from toolchain import artifacts
@@ -23,11 +25,14 @@ from toolchain.engine.files import atomic_path
 from toolchain.engine.worker import run
 from toolchain.stages import calibrate, parity
 
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
+
 SETTINGS = {"activation_type": "QUInt16", "weight_type": "QUInt8", "per_channel": True, "io": "float32",
             "rewrites": ["matmul-constant-second", "gather-table-uint8"]}
 
 
-def tasks(project):
+def tasks(project: Project):
     tool = {"onnxruntime": versions.version("onnxruntime"), "onnx": versions.version("onnx")}
     for model in project.models_of(ep.NAME):
         for graph in model.graphs:

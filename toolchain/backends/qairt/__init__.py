@@ -15,8 +15,10 @@ from toolchain.backends.qairt import (
     readback,
     tools,
 )
+from toolchain.engine.options import Options
 from toolchain.qnn.layout import c_name, native_permutation
 from toolchain.shared.iorecord import io_record
+from toolchain.spec.chips import Chip
 from toolchain.stages import Stage
 
 NAME = tools.NAME
@@ -45,8 +47,8 @@ class Backend(base.Backend):
     def __init__(self):
         self.sdk = None   # tools.Sdk, set by preflight()
 
-    def preflight(self, models, chips: dict) -> None:
-        self.sdk = tools.preflight(models, chips)
+    def preflight(self, models, chips: dict, options: Options) -> None:
+        self.sdk = tools.preflight(models, chips, options["sdk"], options["qairt_python"])
 
     def spec_problems(self, model) -> list[tuple[str, str]]:
         """The converter renames every non-word character to '_' (done here the same way); refused: names
@@ -64,7 +66,7 @@ class Backend(base.Backend):
                 found.append((f"graphs.{graph.name}", "a QAIRT graph name must not start with a digit (the converter "
                                                       "makes it a C++ identifier): rename the graph"))
             for kind, tensors in (("inputs", graph.inputs), ("outputs", graph.outputs)):
-                seen = {}
+                seen: dict[str, str] = {}
                 for t in tensors:
                     where = f"graphs.{graph.name}.{kind}.{t.name}"
                     if c_name(t.name)[0].isdigit():
@@ -117,8 +119,8 @@ class Backend(base.Backend):
     def host_libraries(self) -> dict:
         return {"backend_lib": self.sdk.host_lib("libQnnHtp.so"), "system_lib": self.sdk.host_lib("libQnnSystem.so")}
 
-    def runtime_libraries(self, chip: dict) -> dict:
-        return tools.runtime_libraries(self.sdk, chip)
+    def runtime_libraries(self, chip: Chip) -> dict:
+        return tools.runtime_libraries(self.sdk, chip.record())
 
     def manifest_sources(self, model, chip) -> dict:
         # the model libs (x86_64, aarch64-android) and their page alignment

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -10,8 +11,11 @@ from toolchain.backends.qairt import tools
 from toolchain.backends.qairt.htpconfig import BACKEND_EXTENSIONS, HTP_CONFIG
 from toolchain.engine import external
 
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
 
-def tasks(project):
+
+def tasks(project: Project):
     for model, graph, chip in project.graph_chips(tools.NAME):
         sdk = model.backend.sdk
         lib = artifacts.model_lib(model, graph, tools.HOST)

@@ -3,6 +3,7 @@ A w8a16 graph is quantized by the converter itself from the calibration set's in
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -13,8 +14,11 @@ from toolchain.engine.files import atomic_path
 from toolchain.errors import StageFailed
 from toolchain.stages import parity
 
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
 
-def tasks(project):
+
+def tasks(project: Project):
     for model in project.models_of(tools.NAME):
         sdk = model.backend.sdk
         for graph in model.graphs:

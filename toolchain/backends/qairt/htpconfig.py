@@ -3,6 +3,7 @@ writes them: docs/qairt.md), once per (graph, chip)."""
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -10,11 +11,15 @@ from toolchain import artifacts
 from toolchain.backends.qairt import tools
 from toolchain.engine.files import atomic_path
 from toolchain.engine.worker import in_process
+from toolchain.spec.chips import ChipRecord
+
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
 
 BACKEND_EXTENSIONS, HTP_CONFIG = "htp_backend_extensions.json", "htp_config.json"
 
 
-def tasks(project):
+def tasks(project: Project):
     for model in project.models_of(tools.NAME):
         sdk = model.backend.sdk
         for graph in model.graphs:
@@ -32,7 +37,7 @@ def tasks(project):
                        "uptodate": [config_changed({"files": files, "sdk": sdk.record(), "chip": chip.record()})]}
 
 
-def contents(sdk, chip: dict, graph_name: str, optimization: int, config: str, extensions: str) -> dict:
+def contents(sdk, chip: ChipRecord, graph_name: str, optimization: int, config: str, extensions: str) -> dict:
     """{path: text} of the two files, as generate_config.py writes them (indent 4, no trailing newline), but
     config_file_path relative to the project, where the tools run: the script makes it absolute, which would make
     the context step's inputs name this folder and never share a cache entry with another layout (relocatable)."""

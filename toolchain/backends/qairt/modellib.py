@@ -1,14 +1,19 @@
 """QNN graph C++ + weights -> model libs (qnn-model-lib-generator), once per graph, never per chip."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from doit.tools import config_changed
 
 from toolchain import artifacts
 from toolchain.backends.qairt import tools
 from toolchain.engine import external
 
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
 
-def tasks(project):
+
+def tasks(project: Project):
     for model in project.models_of(tools.NAME):
         sdk = model.backend.sdk
         targets = tools.model_lib_targets(sdk, model.compile["android_libs"])

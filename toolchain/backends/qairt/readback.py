@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -20,10 +21,13 @@ from toolchain.qnn import qnnbin
 from toolchain.qnn.layout import layout_permutation
 from toolchain.shared.iorecord import io_record
 
+if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from toolchain.project import Project
+
 KINDS = {"FLOAT": "float", "INT": "int", "UINT": "uint", "UFIXED_POINT": "ufixed", "SFIXED_POINT": "sfixed"}
 
 
-def tasks(project):
+def tasks(project: Project):
     for model, graph, chip in project.graph_chips(tools.NAME):
         sdk = model.backend.sdk
         binary, context = (artifacts.context_binary(model, graph, chip),

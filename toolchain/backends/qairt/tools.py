@@ -13,9 +13,10 @@ from pathlib import Path
 from toolchain.errors import SpecError
 from toolchain.qnn.layout import ANDROID, HOST, c_name, device_libraries
 from toolchain.qnn.sdk import ENV_ROOT, UTILITY, Sdk, layout_problems, read_build_id
+from toolchain.spec.chips import ChipRecord
 
 NAME = "qairt"
-ENV_PYTHON, DEFAULT_PYTHON = "QAIRT_PYTHON", "python3.10"
+ENV_PYTHON = "QAIRT_PYTHON"   # its default and its reading: toolchain/options.py
 PAGE_SIZE = 16384   # Android 16 KB-page devices (LDFLAGS=-Wl,-z,max-page-size=16384, as sherpa-onnx's workflows)
 CONVERTER_MODULES = ("onnx", "numpy", "qti.aisw.converters")   # what the converter imports first
 
@@ -26,7 +27,7 @@ def graph_name(cpp: str) -> str:
     return c_name(Path(cpp).stem)
 
 
-def runtime_libraries(sdk: Sdk, chip: dict) -> dict:
+def runtime_libraries(sdk: Sdk, chip: ChipRecord) -> dict:
     """What an app ships beside this chip's binaries, taken from the same SDK that compiled them."""
     return {"sdk_root": sdk.root, "build_id": sdk.build_id, **device_libraries(chip["htp_arch"]),
             "bundled_here": False,
@@ -132,9 +133,9 @@ def python_problems(python: str, root: str) -> tuple[str | None, list[str]]:
                       f"{', '.join(missing)}: {fix}"] if missing else [])
 
 
-def preflight(models, chips: dict) -> Sdk:
-    """Check everything the QAIRT models need before any task runs: one error naming every missing piece."""
-    root = os.environ.get(ENV_ROOT)
+def preflight(models, chips: dict, root: str | None, python: str) -> Sdk:
+    """Check everything the QAIRT models need before any task runs: one error naming every missing piece.
+    `root`: the SDK ($QNN_SDK_ROOT), `python`: the converter's ($QAIRT_PYTHON), both from toolchain/options.py."""
     problems, build_id, source = layout_problems(root), None, ""
     if not problems:
         for arch, users in sorted(_arch_users(models, chips).items()):
@@ -146,7 +147,6 @@ def preflight(models, chips: dict) -> Sdk:
         if not build_id:
             problems.append(f"cannot read the SDK build id from {root}/lib/{HOST}/libQnnHtp.so ({source}) "
                             f"nor from {root}/sdk.yaml: unzip the SDK again")
-    python = os.environ.get(ENV_PYTHON) or DEFAULT_PYTHON
     version, found = python_problems(python, root or "")
     problems += found
     problems += [f"{tool} is not on PATH (qnn-model-lib-generator builds the {HOST} lib with it): apt-get install "
