@@ -14,8 +14,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # Fully typed: a finding here fails CI. Grows as modules are typed (never shrinks).
 CLEAN = ("toolchain/spec/", "toolchain/artifacts.py", "toolchain/backends/base.py", "toolchain/project.py",
-         "toolchain/pipeline.py", "toolchain/engine/", "toolchain/options.py")
-BUDGET = 72   # findings allowed in the other modules (0.9.0: 104 in all, 35 of them in CLEAN)
+         "toolchain/pipeline.py", "toolchain/engine/", "toolchain/options.py",
+         # 0.11.0: the shared wing, the model API, the compiler registry, the stages and deploy modules with no finding
+         "toolchain/shared/", "toolchain/modelkit.py", "toolchain/errors.py", "toolchain/tasks.py", "toolchain/init.py",
+         "toolchain/backends/__init__.py", "toolchain/qnn/sdk.py", "toolchain/qnn/layout.py",
+         "toolchain/rewrites/known_wrong.py", "toolchain/stages/__init__.py", "toolchain/stages/checkpoint.py",
+         "toolchain/stages/diagnose.py", "toolchain/stages/inspect.py", "toolchain/stages/report.py",
+         "toolchain/stages/report_html.py", "toolchain/stages/rewrite.py", "toolchain/stages/simplify.py",
+         "toolchain/deploy/bundle.py", "toolchain/deploy/runtime_libs.py", "toolchain/deploy/sherpa.py",
+         "toolchain/deploy/sherpa_run.py", "toolchain/deploy/tarball.py")
+BUDGET = 67   # findings allowed in the other modules (0.9.0: 104 in all, 35 of them in CLEAN; 0.10.0: 72)
 FINDING = re.compile(r"^(toolchain/\S+?\.py):\d+: error: ")
 
 
