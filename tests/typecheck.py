@@ -23,7 +23,7 @@ CLEAN = ("toolchain/spec/", "toolchain/artifacts.py", "toolchain/backends/base.p
          "toolchain/stages/report_html.py", "toolchain/stages/rewrite.py", "toolchain/stages/simplify.py",
          "toolchain/deploy/bundle.py", "toolchain/deploy/runtime_libs.py", "toolchain/deploy/sherpa.py",
          "toolchain/deploy/sherpa_run.py", "toolchain/deploy/tarball.py")
-BUDGET = 67   # findings allowed in the other modules (0.9.0: 104 in all, 35 of them in CLEAN; 0.10.0: 72)
+BUDGET = 51   # findings allowed in the other modules (0.9.0: 104 in all, 35 of them in CLEAN; 0.10.0: 72)
 FINDING = re.compile(r"^(toolchain/\S+?\.py):\d+: error: ")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -162,7 +163,7 @@ def _graph(phone, folder, name, g, io, feeds, cpu_run, tmp: Path, settings, clk,
     return result
 
 
-def _command(tool: str, folder: str, name: str, binary: str, settings, cpu: bool = False) -> callable:
+def _command(tool: str, folder: str, name: str, binary: str, settings, cpu: bool = False) -> Callable[[str, int], str]:
     """(input list, runs) -> the phone-side command line, NPU or the CPU path."""
     if tool == "qnn-net-run" and not cpu:
         return lambda lst, n: (f"./qnn-net-run --backend {folder}/libQnnHtp.so --retrieve_context {folder}/{binary} "

@@ -56,7 +56,7 @@ def permutation(layout: str, shape: list) -> list[int]:
 
 
 def write(module_file: str, onnx_files: dict, data_dir, graph: str, inputs: list, count: int, folder: str,
-          layout: str = "onnx", held_out: list = (), field: str = ""):
+          layout: str = "onnx", held_out: list | tuple = (), field: str = ""):
     module = load_module(module_file)
     cpu = {g: modeldata.cpu(p) for g, p in onnx_files.items()}
     every = modeldata.samples(module, data_dir)

@@ -11,7 +11,7 @@ def rows(manifests: list[dict]) -> list[list[str]]:
     """One row per QAIRT family where a (model, chip) was built with several: sizes, times, numerics, and a flag on
     a family worse than the best one by more than the model's own thresholds (tensor error: its max_rel; cosine: its
     min_cosine's margin), or slower / bigger than SLOWER / BIGGER times the best."""
-    groups = {}
+    groups: dict = {}
     for m in manifests:
         groups.setdefault((m["model"], m["chip"]["name"]), []).append(m)
     rows = []

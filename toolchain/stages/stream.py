@@ -117,7 +117,10 @@ def compare_runs(module, samples: list, streams: dict, io: dict, reference, cand
     """Every stream graph over every sample, run by `reference` and by `candidate` each feeding back its own
     state: ({graph: {clip: drift}}, failure lines, [(graph, output, feeds of the worst call)],
     {"reference"|"candidate": {clip: {graph: calls}}})."""
-    record, failures, failing, calls = {}, [], [], {"reference": {}, "candidate": {}}
+    record: dict = {}
+    failures: list[str] = []
+    failing: list = []
+    calls: dict[str, dict] = {"reference": {}, "candidate": {}}
     for g, declared in streams.items():   # declaration order: a graph fed by another's stream comes after it
         record[g] = {}
         geometry, upstream = declared["geometry"], declared["geometry"].get("from")
@@ -174,7 +177,7 @@ def tensor_feeds(module, run, sample, io: dict, streams: dict, where: str, count
     feeds = modeldata.feeds(module, run, sample, io)
     if hasattr(module, "graph_feeds") or sample is None:
         return feeds
-    ran = {}
+    ran: dict = {}
     for g, declared in streams.items():
         upstream = ran.get(declared["geometry"].get("from"))
         done = ran[g] = loop(run, g, pieces(module, sample, declared["geometry"], io[g], where, upstream),

@@ -17,29 +17,29 @@ def simulator(argv: list, env: dict, work: str, io: dict, record: str):
     layout the read-back found (the converter permutes 3-D/4-D inputs: docs/qairt.md)."""
     import numpy as np
     qnn = read_json(record)["info"]["graphs"][0]
-    work = Path(work)
+    folder = Path(work)
 
     def run_once(feeds: dict) -> dict:
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
         files = []
         for i, ((name, shape, _), q) in enumerate(zip(io["inputs"], qnn["inputs"])):
-            files.append(f"{work}/input_{i}.raw")
+            files.append(f"{folder}/input_{i}.raw")
             perm = layout_permutation(shape, q["shape"])
             np.ascontiguousarray(feeds[name].reshape(shape).transpose(perm), dtype=np.float32).tofile(files[-1])
-        (work / "input_list.txt").write_text(" ".join(files) + "\n")   # one line per inference
+        (folder / "input_list.txt").write_text(" ".join(files) + "\n")   # one line per inference
         print("$", " ".join(argv), flush=True)
         done = subprocess.run(argv, env=external.environ(env), capture_output=True, text=True)
         print(done.stdout + done.stderr, flush=True)
         if done.returncode:
             tail = "\n".join((done.stdout + done.stderr).splitlines()[-external.TAIL:])
-            raise StageFailed(f"qnn-net-run exited with {done.returncode} (inputs kept in {work}):\n{tail}")
+            raise StageFailed(f"qnn-net-run exited with {done.returncode} (inputs kept in {folder}):\n{tail}")
         outputs = {}
         for (name, shape, dtype), q in zip(io["outputs"], qnn["outputs"]):
-            raw = _result(work / "output" / "Result_0", name)
+            raw = _result(folder / "output" / "Result_0", name)
             perm = layout_permutation(shape, q["shape"])
             outputs[name] = np.fromfile(raw, np.float32).reshape(q["shape"]).transpose(np.argsort(perm)).astype(dtype)
-        shutil.rmtree(work.parent, ignore_errors=True)   # scratch only: nothing is left beside the targets
+        shutil.rmtree(folder.parent, ignore_errors=True)   # scratch only: nothing is left beside the targets
         return outputs
     return run_once
 
