@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.engine import paths
-from toolchain.engine.cache_store import MAX_ENTRY, Store, Unreachable, _warn, bounded
+from toolchain.engine.cache_store import MAX_ENTRY, Store, Unreachable, bounded, warn
 from toolchain.engine.files import MODE
 
 TIMEOUT, RETRY = "QNN_CACHE_TIMEOUT", "QNN_CACHE_RETRY"
@@ -241,4 +241,4 @@ def _mark_down(name: str, problem: str) -> None:
             json.dump({"url": name, "until": time.time() + _retry(), "problem": problem}, f)
         os.replace(tmp, DOWN)
     except OSError as err:
-        _warn(f"could not write {DOWN} ({err})")
+        warn(f"could not write {DOWN} ({err})")
