@@ -28,7 +28,6 @@ from pathlib import Path
 
 import doit
 from doit.tools import config_changed
-from packaging.requirements import Requirement
 
 from toolchain.engine import cache_http, versions
 from toolchain.engine.cache_store import FORMAT, Store, Unreachable  # noqa: F401  (Store, Unreachable: the API)
@@ -101,6 +100,7 @@ def tool_id(code: str) -> dict:
 @functools.cache
 def requirements() -> tuple[str, ...]:
     """The packages the distribution holding this code requires (extras left out), from its metadata."""
+    from packaging.requirements import Requirement  # only now: it is slow to import (a no-op `doit`)
     found = []
     for dist in metadata.packages_distributions().get(CODE.name, []):
         for line in metadata.requires(dist) or []:

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import ctypes as C
 import os
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from toolchain.qnn.qnnbin import (
     DTYPES,
@@ -35,6 +34,10 @@ from toolchain.qnn.qnnbin import (
     system_interface,
 )
 
+# numpy is imported where used: doit's own process loads this module on every run (tests/test_engine_worker.py)
+if TYPE_CHECKING:
+    import numpy as np
+
 _P = C.c_void_p
 # Signatures from QnnInterface.h; handles are void*, Qnn_ContextBinarySize_t is passed as uint64 (it is
 # uint64_t in current SDKs; in a register either way). Only the functions used here.
@@ -52,12 +55,12 @@ _SIGS = {
 }
 
 _QNN_TENSORMEMTYPE_RAW = 0
-# Qnn_DataType_t short name -> numpy storage type
-_NP = {"int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
-       "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
-       "float16": np.float16, "float32": np.float32, "float64": np.float64, "bool": np.uint8,
-       "sfixed8": np.int8, "sfixed16": np.int16, "sfixed32": np.int32,
-       "ufixed8": np.uint8, "ufixed16": np.uint16, "ufixed32": np.uint32}
+# Qnn_DataType_t short name -> numpy storage type (by name: numpy takes it wherever a dtype goes)
+_NP = {"int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
+       "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
+       "float16": "float16", "float32": "float32", "float64": "float64", "bool": "uint8",
+       "sfixed8": "int8", "sfixed16": "int16", "sfixed32": "int32",
+       "ufixed8": "uint8", "ufixed16": "uint16", "ufixed32": "uint32"}
 
 
 def _check(rc: int, what: str) -> None:
@@ -71,6 +74,7 @@ class _Io:
     """One graph input or output: our own copy of its Qnn_Tensor_t plus a numpy view into the I/O buffer."""
 
     def __init__(self, src: Tensor):
+        import numpy as np
         self.tensor = Tensor()
         C.pointer(self.tensor)[0] = src        # struct copy; the pointers in it are replaced below
         v = self.tensor.v2                      # V1 is a prefix of V2
@@ -139,6 +143,7 @@ class QnnModel:
         return iface
 
     def _open(self, binary: str, system_lib: str | None) -> None:
+        import numpy as np
         fn = self._fn
         # sherpa: logCreate -> backendCreate -> deviceCreate. No logger here (NULL is allowed).
         self._backend = _P()
@@ -235,6 +240,7 @@ class QnnModel:
     def set_input(self, name: str, data) -> None:
         """Copy `data` into the input's slice of the I/O buffer, converted to the tensor's type.
         Quantized inputs take real values: q = round(x / scale - offset), clipped (sherpa's FillData)."""
+        import numpy as np
         t = self._tensor(name)
         if name not in self.input_names:
             raise ValueError(f"tensor '{name}' is an output, not an input")
@@ -259,6 +265,7 @@ class QnnModel:
     def output(self, name: str) -> np.ndarray:
         """A copy of a tensor, shaped as reported: float32 for float and quantized tensors
         (value = (q + offset) * scale, sherpa's GetData), else its integer type."""
+        import numpy as np
         t = self._tensor(name)
         if t.scale is not None and t.dtype.startswith(("ufixed", "sfixed")):
             return ((t.view.astype(np.float64) + t.offset) * t.scale).astype(np.float32)

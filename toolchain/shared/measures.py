@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 import time
 
-import numpy as np
+# numpy is imported where used: doit's own process loads this module on every run (tests/test_engine_worker.py)
+
 
 
 def tensor_errors(reference, candidate, feeds_by_graph: dict, checks: dict | None = None) -> dict:
@@ -39,6 +40,7 @@ def tensor_errors(reference, candidate, feeds_by_graph: dict, checks: dict | Non
 
 def _judged(calls: list[dict], check: dict) -> dict:
     """One output over its calls: the worst of each measure, and the call its check is most exceeded in."""
+    import numpy as np
     judged = "judged_by" not in check
     ratios = [excess(e, check) for e in calls] if judged else [e["max_abs"] for e in calls]
     call = int(np.argmax(ratios))
@@ -104,6 +106,7 @@ def check_source(graph, output: str, spec: str, check: dict | None = None, writt
 
 def element_errors(want, got) -> dict:
     """The error measures of one output (see tensor_errors); `range` is the scale max_rel divides by."""
+    import numpy as np
     want, got = want.astype(np.float64).ravel(), got.astype(np.float64).ravel()
     diff = np.abs(want - got)
     scale = float(np.max(np.abs(want))) if want.size else 0.0

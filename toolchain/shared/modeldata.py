@@ -6,9 +6,9 @@ import ast
 import inspect
 from pathlib import Path
 
-import numpy as np
-
 from toolchain.errors import StageFailed
+
+# numpy is imported where used: doit's own process loads this module on every run (tests/test_engine_worker.py)
 
 
 def defines(module_file: str, name: str) -> bool:
@@ -53,6 +53,7 @@ def samples(module, data_dir: str | None, wanted=(), field: str = "") -> list:
 def feeds(module, run, sample, io: dict, count: int = 3) -> dict:
     """Inputs per graph for tensor comparisons: the model code's graph_feeds(), or, for a module
     without one, `count` seeded random feeds of the declared shapes (int32 inputs in [0, 10))."""
+    import numpy as np
     if hasattr(module, "graph_feeds"):
         found = with_io(module.graph_feeds, io)(run, sample)
         missing = [g for g in io if not found.get(g)]

@@ -11,8 +11,8 @@ tier checks ([verify] clips) are held out, so that check always runs on data the
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 from doit.tools import config_changed
 
 from toolchain import artifacts
@@ -21,6 +21,10 @@ from toolchain.engine.worker import load_module, run
 from toolchain.errors import StageFailed
 from toolchain.qnn.layout import native_permutation
 from toolchain.shared import modeldata
+
+# numpy is imported where used: doit's own process loads this module on every run (tests/test_engine_worker.py)
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def tasks(project):
@@ -53,6 +57,7 @@ def permutation(layout: str, shape: list) -> list[int]:
 
 def write(module_file: str, onnx_files: dict, data_dir, graph: str, inputs: list, count: int, folder: str,
           layout: str = "onnx", held_out: list = (), field: str = ""):
+    import numpy as np
     module = load_module(module_file)
     cpu = {g: modeldata.cpu(p) for g, p in onnx_files.items()}
     every = modeldata.samples(module, data_dir)
@@ -96,6 +101,8 @@ def write(module_file: str, onnx_files: dict, data_dir, graph: str, inputs: list
 def read(folder: str, inputs: list) -> list[dict[str, np.ndarray]]:
     """The calibration set back as ONNX-layout feeds, from input_list.txt and the recorded axes."""
     import json
+
+    import numpy as np
     record = Path(folder, "calibration.json")
     axes = json.loads(record.read_text()).get("axes", {}) if record.exists() else {}   # none: ONNX layout
     feeds = []
