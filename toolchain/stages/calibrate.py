@@ -43,7 +43,7 @@ def tasks(project):
                       "field": f"{model.spec_file}: graphs.{graph.name}.calibration"}
             yield {"name": f"{model.name}/{graph.name}",
                    "doc": f"{model.name}/{graph.name}: {graph.calibration} real calibration inputs (raw + input list)",
-                   "file_dep": [*model.code_files, *onnx_files.values(), *modeldata.data_files(model.data_dir)],
+                   "file_dep": [*model.code_files, *onnx_files.values(), *project.data_files(model)],
                    "targets": [artifacts.calibration_list(model, graph), artifacts.calibration_record(model, graph),
                                *raws, log],
                    "clean": True,
