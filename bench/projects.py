@@ -108,7 +108,7 @@ class Run(NamedTuple):
 
 def doit(root: Path, *args: str, cache: Path | None = None) -> Run:
     """`doit` in root, as `python -m doit` runs it, timed; it must succeed."""
-    env = _env()
+    env = environment()
     if cache:
         env["QNN_CACHE"] = str(cache)
     started = time.perf_counter()
@@ -128,7 +128,7 @@ def noop(root: Path, runs: int = 3) -> Run:
 def cpu_of(argv: list[str], **kwargs) -> tuple[float, float]:
     """(wall, CPU seconds) of a command and its children."""
     before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    subprocess.run(argv, check=True, capture_output=True, env=_env(), **kwargs)
+    subprocess.run(argv, check=True, capture_output=True, env=environment(), **kwargs)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (time.perf_counter() - started,
             after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
@@ -137,12 +137,12 @@ def cpu_of(argv: list[str], **kwargs) -> tuple[float, float]:
 def fill(root: Path) -> None:
     """A complete build's doit state without running a stage: each action replaced by one that creates
     its targets empty, so a no-op `doit` then checks exactly what it checks after a real build."""
-    subprocess.run([sys.executable, "-c", FILL], cwd=root, check=True, env=_env())
+    subprocess.run([sys.executable, "-c", FILL], cwd=root, check=True, env=environment())
 
 
 def count_tasks(root: Path) -> int:
     out = subprocess.run([sys.executable, "-m", "doit", "list", "--all", "-q"], cwd=root, capture_output=True,
-                         text=True, check=True, env=_env()).stdout
+                         text=True, check=True, env=environment()).stdout
     return len(out.split())
 
 
@@ -168,7 +168,7 @@ def same_outputs(a: Path, b: Path) -> bool:
     return files(a) == files(b) and all(load(a / "build" / f) == load(b / "build" / f) for f in files(a))
 
 
-def _env() -> dict:
+def environment() -> dict:
     """This environment without the cache and limit settings, and with bytecode caching on, as a normal
     install has it (PYTHONDONTWRITEBYTECODE would recompile toolchain/ on every doit start)."""
     drop = ("QNN_CACHE", "QNN_LIMITS", "PYTHONDONTWRITEBYTECODE")

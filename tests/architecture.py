@@ -5,7 +5,7 @@ model-code API imported by the toolchain itself, and loads that would unpickle (
 without weights_only=True, numpy.load with allow_pickle=True, pickle/dill/joblib loads (in toolchain/ and models/:
 anything a step loads may come from a shared cache; docs/scale.md, "Trust"); functions called on a model file that
 modelkit.ModelCode does not list, model code (models/, test fixtures) importing more of the toolchain than modelkit,
-and re-export shims.
+re-export shims, and private names (a leading underscore) one toolchain module takes from another.
 
     python tests/architecture.py [ROOT]    # prints the counts as JSON (ROOT: a checkout, default this one)
 
@@ -262,6 +262,43 @@ def settings_read_outside_the_table(root: Path, path: Path) -> list[int]:
     return sorted(set(found))
 
 
+def private(name: str) -> bool:
+    """A name its module keeps to itself: a leading underscore, not a dunder (__file__, __version__)."""
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_names_taken(name: str, path: Path, known: dict) -> list[str]:
+    """"<module>:<line> -> <other module>.<_name>" for each private name the module takes from another toolchain
+    module: `from toolchain.<module> import _name`, and `m._name` on a name bound to a toolchain module (`import
+    toolchain.<module> as m`, `from toolchain import <module>`, or `import toolchain.<module>` then
+    `toolchain.<module>._name`)."""
+    tree = ast.parse(path.read_text())
+    bound, found = {}, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "toolchain":
+            for alias in node.names:
+                if f"{node.module}.{alias.name}" in known:
+                    bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                elif private(alias.name) and node.module != name:
+                    found.append(f"{name}:{node.lineno} -> {node.module}.{alias.name}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "toolchain":
+                    bound[alias.asname or "toolchain"] = alias.name if alias.asname else "toolchain"
+
+    def module_of(node):
+        if isinstance(node, ast.Name):
+            return bound.get(node.id)
+        base = module_of(node.value) if isinstance(node, ast.Attribute) else None
+        return f"{base}.{node.attr}" if base else None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and private(node.attr):
+            target = module_of(node.value)
+            if target in known and target != name:
+                found.append(f"{name}:{node.lineno} -> {target}.{node.attr}")
+    return sorted(found, key=lambda s: (int(s.split(":")[1].split()[0]), s))
+
+
 def measure(root: Path) -> dict:
     known = modules(root)
     graph, hidden, upward, function_strings, branches = {}, [], [], [], {}
@@ -302,6 +339,7 @@ def measure(root: Path) -> dict:
     shims = [name for name, p in known.items() if name.count(".") >= 1 and is_shim(p)]
     settings = [f"{p.relative_to(root)}:{line}" for p in known.values() for line in settings_read_outside_the_table(
         root, p)]
+    private_names = [found for name, p in known.items() for found in private_names_taken(name, p, known)]
     listing = [str(p.relative_to(root)) for p in [*known.values(), root / "dodo.py"]
                if p.is_file() and len(stages_named(p)) >= LISTS_STAGES]
     return {"modules": len(known), "top_level_modules": sum(1 for n in known if n.count(".") == 1),
@@ -312,7 +350,8 @@ def measure(root: Path) -> dict:
             "compilers_imported_by_name": compiler_imports, "import_hooks": hooks,
             "model_api_imported_by_the_toolchain": model_api, "loads_that_unpickle": unpickling,
             "undocumented_model_hooks": undocumented, "model_code_importing_more_than_modelkit": beyond,
-            "shims": shims, "variables_parsed_outside_the_table": settings}
+            "shims": shims, "variables_parsed_outside_the_table": settings,
+            "private_cross_module_names": private_names}
 
 
 if __name__ == "__main__":

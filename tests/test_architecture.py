@@ -108,6 +108,12 @@ def test_the_model_api_is_one_plain_module_and_its_hooks_are_the_builds():
     assert SHAPE["shims"] == []
 
 
+def test_no_private_name_crosses_a_module_boundary():
+    """A name with a leading underscore stays in its module: what another module needs is public (the ctypes QNN
+    declarations in qnn/qnnbin.py) or lives where it is used."""
+    assert SHAPE["private_cross_module_names"] == []
+
+
 def test_the_measures_can_fail(tmp_path):
     """The same script finds each fault in a tree that has it."""
     pkg = tmp_path / "toolchain"
@@ -138,6 +144,10 @@ def test_the_measures_can_fail(tmp_path):
                                              "hasattr(module, 'hidden')\n")
     (pkg / "stages" / "old_name.py").write_text('"""A shim."""\nfrom toolchain.stages.parity import export\n'
                                                 '__all__ = ["export"]\n')
+    (pkg / "stages" / "leak.py").write_text("\n".join([
+        "import toolchain.spec.x as xs", "from toolchain.spec.x import _table, __version__",
+        "from toolchain import artifacts", "xs._hidden()", "artifacts._cache", "import toolchain.spec.x",
+        "toolchain.spec.x._other", "self._own, xs.public", ""]))
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "mine.py").write_text(
         "import numpy as np, pickle, torch\n"
@@ -166,6 +176,10 @@ def test_the_measures_can_fail(tmp_path):
                                                  "toolchain/stages/parity.py:4: hidden"]
     assert shape["model_code_importing_more_than_modelkit"] == ["models/mine.py -> toolchain.worker"]
     assert shape["shims"] == ["toolchain.stages.old_name"]
+    assert shape["private_cross_module_names"] == ["toolchain.stages.leak:2 -> toolchain.spec.x._table",
+                                                   "toolchain.stages.leak:4 -> toolchain.spec.x._hidden",
+                                                   "toolchain.stages.leak:5 -> toolchain.artifacts._cache",
+                                                   "toolchain.stages.leak:7 -> toolchain.spec.x._other"]
 
 
 def test_the_type_ratchet_tells_the_clean_modules_from_the_rest():

@@ -148,3 +148,20 @@ def test_loading_the_tasks_reads_each_packages_metadata_once(project, monkeypatc
         list(create())
     # each distribution's version once (and one folder, the wheel's libraries), whatever the number of tasks
     assert reads and len(reads) <= len(set(reads)) + 1 and len(set(reads)) <= 8, sorted(reads)
+
+
+HEAVY = ("numpy", "onnx", "onnxruntime", "torch", "onnxsim")   # what the steps run, imported inside them
+
+
+def test_loading_the_tasks_imports_no_heavy_package(project):
+    """A no-op `doit` loads the dodo and creates every task in doit's own process: none of the packages the steps
+    run may be imported then (numpy alone was 0.12 s of a no-op; bench/noop.py times it)."""
+    project.add_tiny("one")
+    code = ("import sys; from doit.doit_cmd import DoitMain; rc = DoitMain().run(['list', '--all', '-q']); "
+            f"print('heavy:', sorted(set(sys.modules) & {set(HEAVY)!r})); sys.exit(rc)")
+    root = str(Path(__file__).resolve().parents[1])   # this checkout's toolchain, whatever is installed
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    done = subprocess.run([sys.executable, "-c", code], cwd=project.root, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "export:one" in done.stdout   # the tasks were created
+    assert done.stdout.splitlines()[-1] == "heavy: []"

@@ -13,7 +13,8 @@ from onnx import numpy_helper as nh
 
 from toolchain.backends.ort_qnn import ep as ort_qnn
 from toolchain.qnn import qnnbin
-from toolchain.qnn.qnnrun import QnnModel, _Tensor
+from toolchain.qnn.qnnbin import Tensor
+from toolchain.qnn.qnnrun import QnnModel
 from toolchain.shared import modeldata
 from toolchain.spec import chips
 
@@ -128,7 +129,7 @@ def test_explicit_libraries_close_and_qnn_errors(net):
     m = QnnModel(net["bin"], backend_lib=f"{lib}/libQnnHtp.so", system_lib=f"{lib}/libQnnSystem.so")
     # graphExecute's own error path: hand it one input instead of two
     full = m._in
-    m._in = (_Tensor * 1)(full[0])
+    m._in = (Tensor * 1)(full[0])
     with pytest.raises(RuntimeError, match=r"graphExecute failed: QNN error 6\d\d\d"):
         m.run()
     m._in = full
@@ -166,7 +167,7 @@ def test_ufixed16_io_is_quantized_and_dequantized(tmp_path):
 
 def test_struct_layout_matches_the_headers():
     """Qnn_Tensor_t is 8 + Qnn_TensorV2_t (136 bytes, LP64); clientBuf sits at +96 in the V1/V2 body."""
-    assert ctypes.sizeof(_Tensor) == 144
+    assert ctypes.sizeof(Tensor) == 144
     from toolchain.qnn.qnnbin import _TensorV2
     assert _TensorV2.buf.offset == 96 and _TensorV2.dims.offset == 80 and _TensorV2.memType.offset == 88
 

@@ -37,8 +37,11 @@ def plan(model) -> dict:
 
 
 def tasks(project: Project):
+    plans: dict[str, dict] = {}   # one per model, whatever its chips
     for model, chip in project.model_chips():
-        p = plan(model)
+        if model.name not in plans:
+            plans[model.name] = plan(model)
+        p = dict(plans[model.name])
         graphs = {g.name: {"binary": artifacts.context_binary(model, g, chip),
                            "record": artifacts.compile_record(model, g, chip),
                            "context": artifacts.context_model(model, g, chip)
@@ -60,7 +63,7 @@ def tasks(project: Project):
                       + ("" if kwargs["sherpa_out"] else " [no sherpa-onnx bundle: see bundle.json]"),
                "file_dep": [kwargs["manifest"], kwargs["runtime"], *model.code_files,
                             *[p for g in graphs.values() for p in g.values() if p],
-                            *modeldata.data_files(model.data_dir)],
+                            *project.data_files(model)],
                "targets": [kwargs["out"], log] + [kwargs[k] for k in shipped], "clean": True,
                "actions": [(run, (build, kwargs, log))],
                "uptodate": [config_changed({"format": FORMAT, "plan": p, "chip": chip.record(),

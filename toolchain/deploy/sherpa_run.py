@@ -33,7 +33,7 @@ def wanted(model) -> bool:
 
 def tasks(project: Project, tier: str):
     for model, chip in project.model_chips():
-        if not wanted(model) or (tier == "full" and not project.wants_full_tier(model, chip)):
+        if not project.runtime_gate(model) or (tier == "full" and not project.wants_full_tier(model, chip)):
             continue
         if getattr(chip, "family", ""):   # the host loop loads the build's own QNN libraries in the step's process;
             continue                      # another family's binaries are gated by their own simulator (verify)

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import base64
 import time
+from typing import TYPE_CHECKING
 
-import numpy as np
+# numpy is imported where used: doit's own process loads this module on every run (tests/test_engine_worker.py)
+if TYPE_CHECKING:
+    import numpy as np
 
 # WhisperModelType names the runtime's ParseWhisperModelType accepts (offline-whisper-model-config.cc).
 MODEL_TYPES = ("tiny", "tiny.en", "base", "base.en", "small", "small.en", "medium", "medium.en", "large")
@@ -70,6 +73,7 @@ def recognize(encoder, decoder, features: np.ndarray, timings: dict | None = Non
     """OfflineWhisperModelQnn::Impl::Run with the default config (task transcribe, no language given, so a
     multilingual model detects it): features (frames, n_mels), already normalised; returns the generated
     token ids (greedy search, no SOT, no EOT)."""
+    import numpy as np
     c = Contract(encoder, decoder)
     p, L, D, n_ctx = c.prefix, c.layers, c.state, c.mask_size
     num_frames = min(len(features), c.num_frames)          # longer input is truncated (the runtime warns)
@@ -166,6 +170,7 @@ class GraphRun:
         return self._onnx[name][1]
 
     def set_input(self, name: str, data: np.ndarray) -> None:
+        import numpy as np
         shape, dtype = self._onnx[name]
         a = np.asarray(data, dtype=dtype).reshape(self.shape(name))
         self._feeds[name] = np.ascontiguousarray(a.transpose(0, 2, 1)) if self._swapped(name) else a.reshape(shape)
@@ -174,4 +179,5 @@ class GraphRun:
         self._outs = self._run(self._graph, {n: self._feeds[n] for n in self.input_names})
 
     def output(self, name: str) -> np.ndarray:
+        import numpy as np
         return np.asarray(self._outs[name], np.float32)

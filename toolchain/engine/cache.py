@@ -27,7 +27,6 @@ from importlib import metadata
 from pathlib import Path
 
 from doit.tools import config_changed
-from packaging.requirements import Requirement
 
 from toolchain.engine import cache_http, versions
 from toolchain.engine.cache_store import FORMAT, MAX_BLOB, Settings, Store, Unreachable  # noqa: F401  (the API)
@@ -90,6 +89,7 @@ def tool_id(code: str) -> dict:
 @functools.cache
 def requirements() -> tuple[str, ...]:
     """The packages the distribution holding this code requires (extras left out), from its metadata."""
+    from packaging.requirements import Requirement  # only now: it is slow to import (a no-op `doit`)
     found = []
     for dist in metadata.packages_distributions().get(CODE.name, []):
         for line in metadata.requires(dist) or []:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.engine import paths
-from toolchain.engine.cache_store import MAX_ENTRY, Settings, Store, Unreachable, _warn, bounded
+from toolchain.engine.cache_store import MAX_ENTRY, Settings, Store, Unreachable, bounded, warn
 from toolchain.engine.files import MODE
 
 DOWN = f"{paths.BUILD}/.cache-down.json"   # {"url", "until"}: the server failed; skipped until then
@@ -237,4 +237,4 @@ def _mark_down(name: str, problem: str, retry: float) -> None:
             json.dump({"url": name, "until": time.time() + retry, "problem": problem}, f)
         os.replace(tmp, DOWN)
     except OSError as err:
-        _warn(f"could not write {DOWN} ({err})")
+        warn(f"could not write {DOWN} ({err})")

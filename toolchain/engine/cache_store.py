@@ -110,7 +110,7 @@ class Store:
             if isinstance(err, Unreachable):
                 _say(err, after="; the step runs here")
                 return False
-            _warn(f"{self.name} entry {key}: unusable cache entry " + ("evicted" if self.upload else "ignored") +
+            warn(f"{self.name} entry {key}: unusable cache entry " + ("evicted" if self.upload else "ignored") +
                   f", recomputing ({err})")
             if self.upload:
                 self.drop_entry(key)
@@ -138,7 +138,7 @@ class Store:
         except Unreachable as err:   # a dead or full server must not fail the build
             _say(err, f"could not store {material['task']}: ")
         except (OSError, ValueError) as err:   # nor a full or read-only folder
-            _warn(f"{self.name}: could not store {material['task']} ({err})")
+            warn(f"{self.name}: could not store {material['task']} ({err})")
 
 
 def _refuse_code(out: str) -> None:
@@ -168,7 +168,7 @@ class Unreachable(Exception):
 def _say(err: Unreachable, what: str = "", after: str = "") -> None:
     """One warning line for a server that failed; nothing for one skipped since (cache_http.Skipped)."""
     if type(err).__name__ != "Skipped":
-        _warn(what + str(err) + after)
+        warn(what + str(err) + after)
 
 
 def _copy(src: str | Path, dst: str | Path, digest: str, replace: bool = False, size: int | None = None) -> str:
@@ -210,5 +210,6 @@ def _write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _warn(message: str) -> None:
+def warn(message: str) -> None:
+    """Say on stderr, after "cache: ", what a cache could not do (the build goes on without it)."""
     print(f"cache: {message}", file=sys.stderr, flush=True)

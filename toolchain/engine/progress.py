@@ -84,7 +84,7 @@ class ProgressReporter(ConsoleReporter):
     def add_success(self, task):
         super().add_success(task)
         started = self.running.pop(task.name, None)
-        if started is not None:
+        if started is not None and task.actions:   # a group task (no action, run by every no-op) takes no time
             self.ran[task.name] = time.monotonic() - started
             self._finished(task, self.ran[task.name])
             self.save()

@@ -7,12 +7,12 @@ import shlex
 import time
 from pathlib import Path
 
-import numpy as np
-
 from toolchain.deploy.runtime_libs import ADSP_DEFAULTS
 from toolchain.errors import StageFailed
 from toolchain.phone import probe
 from toolchain.qnn.layout import layout_permutation
+
+# numpy is imported where used: doit's own process loads this module on every run (tests/test_engine_worker.py)
 
 REMOTE = "/data/local/tmp/qnn-npu-compile"
 # What a runtime prints when its QNN libraries or Skel do not load (version, ADSP_LIBRARY_PATH): a fallback, not a bug.
@@ -39,6 +39,7 @@ def push_all(adb, folder: str, files: dict[str, str], executables=()) -> None:
 
 def write_inputs(feeds: list[dict], qnn_inputs: list[dict], declared: list, local: Path, remote: str) -> str:
     """One raw file per input per inference (float32 or int32, QNN layout); returns the input list text."""
+    import numpy as np
     local.mkdir(parents=True, exist_ok=True)
     lines = []
     for i, feed in enumerate(feeds):
@@ -54,6 +55,7 @@ def write_inputs(feeds: list[dict], qnn_inputs: list[dict], declared: list, loca
 
 def read_outputs(folder: Path, index: int, declared: list, qnn_outputs: list[dict]) -> dict:
     """qnn-net-run's Result_<i>/<name>.raw back into the ONNX layout."""
+    import numpy as np
     found = {}
     for (name, shape, dtype), q in zip(declared, qnn_outputs):
         raw = folder / f"Result_{index}" / f"{name}.raw"

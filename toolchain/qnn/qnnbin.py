@@ -1,4 +1,7 @@
-"""Inspect QNN HTP context binaries (.bin) and the bundled QNN HTP backend, via ctypes and the clear-text config."""
+"""Inspect QNN HTP context binaries (.bin) and the bundled QNN HTP backend, via ctypes and the clear-text config.
+
+It also holds the ctypes declarations of the QNN C API (structs, function types, the interface table; LP64, from
+the documented headers) that qnnrun.py and backends/ort_qnn/context.py share."""
 from __future__ import annotations
 
 import ctypes as C
@@ -7,8 +10,7 @@ import os
 import re
 import sys
 
-# Qnn_DataType_t (QnnTypes.h) -> short name; anything else is reported as "0x%04x".
-_DTYPES = {
+DTYPES = {
     0x0008: "int8", 0x0016: "int16", 0x0032: "int32", 0x0064: "int64",
     0x0108: "uint8", 0x0116: "uint16", 0x0132: "uint32", 0x0164: "uint64",
     0x0216: "float16", 0x0226: "bfloat16", 0x0232: "float32", 0x0264: "float64",
@@ -16,12 +18,16 @@ _DTYPES = {
     0x0404: "ufixed4", 0x0408: "ufixed8", 0x0416: "ufixed16", 0x0432: "ufixed32",
     0x0508: "bool", 0x0608: "string",
 }
-_QNN_DEFINITION_DEFINED = 1
-_ENC_SCALE_OFFSET, _ENC_BW_SCALE_OFFSET = 0, 2
+"""Qnn_DataType_t (QnnTypes.h) -> short name; anything else is reported as "0x%04x"."""
+QNN_DEFINITION_DEFINED = 1
+"""Qnn_Definition_t QNN_DEFINITION_DEFINED: a tensor's quantization parameters are set."""
+ENCODING_SCALE_OFFSET, ENCODING_BW_SCALE_OFFSET = 0, 2
+"""Qnn_QuantizationEncoding_t of the two per-tensor encodings read here (scale/offset, bitwidth/scale/offset)."""
 
 
 # ---- QNN API structs (x86_64 / aarch64 LP64 layout, natural alignment) ----
-class _Ver(C.Structure):
+class Version(C.Structure):
+    """Qnn_Version_t (Qnn_ApiVersion_t's parts): major, minor, patch."""
     _fields_ = [("major", C.c_uint32), ("minor", C.c_uint32), ("patch", C.c_uint32)]
 
 
@@ -50,16 +56,16 @@ class _TensorV2(C.Structure):
                 ("sparse", C.c_uint32 * 3), ("isProduced", C.c_uint8)]
 
 
-class _Tensor(C.Structure):
-    # Qnn_Tensor_t: V1 is a prefix of V2, and the union is sized by V2
+class Tensor(C.Structure):
+    """Qnn_Tensor_t: a version, then the V2 layout (V1 is a prefix of V2, and the union is sized by V2)."""
     _fields_ = [("version", C.c_uint32), ("v2", _TensorV2)]
 
 
 class _GraphInfoV3(C.Structure):
     # V1 and V2 are prefixes of V3
-    _fields_ = [("name", C.c_char_p), ("numInputs", C.c_uint32), ("inputs", C.POINTER(_Tensor)),
-                ("numOutputs", C.c_uint32), ("outputs", C.POINTER(_Tensor)),
-                ("numUpdateable", C.c_uint32), ("updateable", C.POINTER(_Tensor)),
+    _fields_ = [("name", C.c_char_p), ("numInputs", C.c_uint32), ("inputs", C.POINTER(Tensor)),
+                ("numOutputs", C.c_uint32), ("outputs", C.POINTER(Tensor)),
+                ("numUpdateable", C.c_uint32), ("updateable", C.POINTER(Tensor)),
                 ("blobInfoSize", C.c_uint32), ("blobInfo", C.c_void_p),
                 ("startOpIndex", C.c_uint32), ("endOpIndex", C.c_uint32)]
 
@@ -70,16 +76,16 @@ class _GraphInfo(C.Structure):
 
 class _BinInfoV1(C.Structure):
     # V2 only appends platformInfo
-    _fields_ = [("backendId", C.c_uint32), ("buildId", C.c_char_p), ("coreApi", _Ver),
-                ("backendApi", _Ver), ("socVersion", C.c_char_p), ("hwInfoBlobVersion", _Ver),
-                ("ctxBlobVersion", _Ver), ("hwInfoBlobSize", C.c_uint32), ("hwInfoBlob", C.c_void_p),
+    _fields_ = [("backendId", C.c_uint32), ("buildId", C.c_char_p), ("coreApi", Version),
+                ("backendApi", Version), ("socVersion", C.c_char_p), ("hwInfoBlobVersion", Version),
+                ("ctxBlobVersion", Version), ("hwInfoBlobSize", C.c_uint32), ("hwInfoBlob", C.c_void_p),
                 ("ctxBlobSize", C.c_uint64), ("numCtxTensors", C.c_uint32), ("ctxTensors", C.c_void_p),
                 ("numGraphs", C.c_uint32), ("graphs", C.POINTER(_GraphInfo)), ("platformInfo", C.c_void_p)]
 
 
 class _BinInfoV3(C.Structure):
-    _fields_ = [("backendId", C.c_uint32), ("buildId", C.c_char_p), ("coreApi", _Ver),
-                ("backendApi", _Ver), ("socVersion", C.c_char_p), ("ctxBlobVersion", _Ver),
+    _fields_ = [("backendId", C.c_uint32), ("buildId", C.c_char_p), ("coreApi", Version),
+                ("backendApi", Version), ("socVersion", C.c_char_p), ("ctxBlobVersion", Version),
                 ("ctxBlobSize", C.c_uint64), ("numCtxTensors", C.c_uint32), ("ctxTensors", C.c_void_p),
                 ("numGraphs", C.c_uint32), ("graphs", C.POINTER(_GraphInfo)), ("platformInfo", C.c_void_p),
                 ("metadataSize", C.c_uint32), ("metadata", C.c_void_p), ("socModel", C.c_uint32)]
@@ -89,33 +95,57 @@ class _BinInfoU(C.Union):
     _fields_ = [("v1", _BinInfoV1), ("v3", _BinInfoV3)]
 
 
-class _BinInfo(C.Structure):
+class BinaryInfo(C.Structure):
+    """QnnSystemContext_BinaryInfo_t: a version, then the V1 or V3 layout (V2 only appends to V1)."""
     _fields_ = [("version", C.c_uint32), ("u", _BinInfoU)]
 
 
-class _SysIface(C.Structure):
-    # QnnSystemInterface_t; table: systemContextCreate, GetBinaryInfo, GetMetaData, Free, ...
-    _fields_ = [("backendId", C.c_uint32), ("providerName", C.c_char_p), ("apiVersion", _Ver),
+class SystemInterface(C.Structure):
+    """QnnSystemInterface_t, its table's first four: systemContextCreate, GetBinaryInfo, GetMetaData, Free."""
+    _fields_ = [("backendId", C.c_uint32), ("providerName", C.c_char_p), ("apiVersion", Version),
                 ("fns", C.c_void_p * 4)]
 
 
-class _Iface(C.Structure):
-    # QnnInterface_t; table: propertyHasCapability, backendCreate, backendSetConfig, backendGetApiVersion,
-    # backendGetBuildId, ...
-    _fields_ = [("backendId", C.c_uint32), ("providerName", C.c_char_p), ("coreApi", _Ver),
-                ("backendApi", _Ver), ("fns", C.c_void_p * 5)]
+INTERFACE_FUNCTIONS = (
+    "propertyHasCapability",
+    "backendCreate", "backendSetConfig", "backendGetApiVersion", "backendGetBuildId",
+    "backendRegisterOpPackage", "backendGetSupportedOperations", "backendValidateOpConfig", "backendFree",
+    "contextCreate", "contextSetConfig", "contextGetBinarySize", "contextGetBinary",
+    "contextCreateFromBinary", "contextFree",
+    "graphCreate", "graphCreateSubgraph", "graphSetConfig", "graphAddNode", "graphFinalize",
+    "graphRetrieve", "graphExecute", "graphExecuteAsync",
+    "tensorCreateContextTensor", "tensorCreateGraphTensor",
+    "logCreate", "logSetLogLevel", "logFree",
+    "profileCreate", "profileSetConfig", "profileGetEvents", "profileGetSubEvents", "profileGetEventData",
+    "profileGetExtendedEventData", "profileFree",
+    "memRegister", "memDeRegister",
+    "deviceGetPlatformInfo", "deviceFreePlatformInfo", "deviceGetInfrastructure", "deviceCreate",
+    "deviceSetConfig", "deviceGetInfo", "deviceFree",
+    "signalCreate", "signalSetConfig", "signalTrigger", "signalFree")
+"""QNN_INTERFACE_VER_TYPE's functions (QnnInterface.h), in order; newer SDKs only append entries after signalFree."""
 
 
-_Err = C.c_uint64  # Qnn_ErrorHandle_t; the error code is the low 16 bits
-_CreateFn = C.CFUNCTYPE(_Err, C.POINTER(C.c_void_p))
-_GetBinInfoFn = C.CFUNCTYPE(_Err, C.c_void_p, C.c_void_p, C.c_uint64, C.POINTER(C.POINTER(_BinInfo)),
-                            C.POINTER(C.c_uint64))
-_GetMetaFn = C.CFUNCTYPE(_Err, C.c_void_p, C.c_void_p, C.c_uint64, C.POINTER(C.POINTER(_BinInfo)))
-_FreeFn = C.CFUNCTYPE(_Err, C.c_void_p)
-_BuildIdFn = C.CFUNCTYPE(_Err, C.POINTER(C.c_char_p))
+class Interface(C.Structure):
+    """QnnInterface_t: backendId, providerName, Qnn_ApiVersion_t, then the function table (a union of one)."""
+    _fields_ = [("backendId", C.c_uint32), ("providerName", C.c_char_p), ("coreApi", Version),
+                ("backendApi", Version)] + [(name, C.c_void_p) for name in INTERFACE_FUNCTIONS]
 
 
-def _ver(v: _Ver) -> str:
+ErrorHandle = C.c_uint64
+"""Qnn_ErrorHandle_t: what every QNN function returns; the error code is its low 16 bits."""
+SystemContextCreateFn = C.CFUNCTYPE(ErrorHandle, C.POINTER(C.c_void_p))
+"""QnnSystemContext_create(context*)."""
+GetBinaryInfoFn = C.CFUNCTYPE(ErrorHandle, C.c_void_p, C.c_void_p, C.c_uint64, C.POINTER(C.POINTER(BinaryInfo)),
+                              C.POINTER(C.c_uint64))
+"""QnnSystemContext_getBinaryInfo(context, buffer, size, const BinaryInfo**, info size*)."""
+GetMetadataFn = C.CFUNCTYPE(ErrorHandle, C.c_void_p, C.c_void_p, C.c_uint64, C.POINTER(C.POINTER(BinaryInfo)))
+"""QnnSystemContext_getMetadata(context, buffer, size, const BinaryInfo**): builds without getBinaryInfo."""
+SystemContextFreeFn = C.CFUNCTYPE(ErrorHandle, C.c_void_p)
+"""QnnSystemContext_free(context)."""
+_BuildIdFn = C.CFUNCTYPE(ErrorHandle, C.POINTER(C.c_char_p))
+
+
+def _ver(v: Version) -> str:
     """'major.minor.patch' of a Qnn_Version_t."""
     return f"{v.major}.{v.minor}.{v.patch}"
 
@@ -131,7 +161,7 @@ def _qnn_dir() -> str:
     return os.path.dirname(oq.get_qnn_htp_path())
 
 
-def _dlopen_quiet(path: str) -> C.CDLL:
+def dlopen_quiet(path: str) -> C.CDLL:
     """dlopen a QNN library with fd 1 sent to /dev/null (libQnnHtp prints a '# LIBNATIVE' line to stdout).
 
     The pitfall (docs/qairt-families.md): libQnnHtp.so loaded through ctypes before this process has loaded onnxruntime
@@ -155,25 +185,26 @@ def _dlopen_quiet(path: str) -> C.CDLL:
 
 
 @functools.lru_cache(maxsize=None)
-def _sys_iface(lib_dir: str | None = None) -> tuple[C.CDLL, _SysIface]:
+def system_interface(lib_dir: str | None = None) -> tuple[C.CDLL, SystemInterface]:
     """Load libQnnSystem.so (bundled, or from `lib_dir`) once and return (lib, first system interface provider)."""
-    lib = _dlopen_quiet(os.path.join(lib_dir or _qnn_dir(), "libQnnSystem.so"))
-    provs, n = C.POINTER(C.POINTER(_SysIface))(), C.c_uint32()
-    lib.QnnSystemInterface_getProviders.restype = _Err
+    lib = dlopen_quiet(os.path.join(lib_dir or _qnn_dir(), "libQnnSystem.so"))
+    provs, n = C.POINTER(C.POINTER(SystemInterface))(), C.c_uint32()
+    lib.QnnSystemInterface_getProviders.restype = ErrorHandle
     rc = lib.QnnSystemInterface_getProviders(C.byref(provs), C.byref(n))
     if rc & 0xFFFF or n.value == 0:
         raise RuntimeError(f"QnnSystemInterface_getProviders failed (error {rc & 0xFFFF}, {n.value} providers)")
     return lib, provs[0].contents
 
 
-def _tensor(t: _Tensor) -> dict:
+def _tensor(t: Tensor) -> dict:
     """Qnn_Tensor_t -> {"name", "dtype", "shape"[, "scale", "offset"]}."""
     v = t.v2
-    d = {"name": _str(v.name), "dtype": _DTYPES.get(v.dataType, "0x%04x" % v.dataType),
+    d = {"name": _str(v.name), "dtype": DTYPES.get(v.dataType, "0x%04x" % v.dataType),
          "shape": [int(v.dims[i]) for i in range(v.rank)] if v.dims else []}
     q = v.quant
-    if q.encodingDefinition == _QNN_DEFINITION_DEFINED and q.encoding in (_ENC_SCALE_OFFSET, _ENC_BW_SCALE_OFFSET):
-        so = q.u.so if q.encoding == _ENC_SCALE_OFFSET else q.u.bw
+    if (q.encodingDefinition == QNN_DEFINITION_DEFINED
+            and q.encoding in (ENCODING_SCALE_OFFSET, ENCODING_BW_SCALE_OFFSET)):
+        so = q.u.so if q.encoding == ENCODING_SCALE_OFFSET else q.u.bw
         d["scale"], d["offset"] = float("%.9g" % so.scale), int(so.offset)
     return d
 
@@ -192,20 +223,20 @@ def binary_info(bin_path: str, lib_dir: str | None = None) -> dict:
     """Versions, SoC model, blob size and graph I/O of a context binary, read through libQnnSystem."""
     with open(bin_path, "rb") as f:
         data = f.read()
-    _, iface = _sys_iface(lib_dir)
-    create, free = _CreateFn(iface.fns[0]), _FreeFn(iface.fns[3])
+    _, iface = system_interface(lib_dir)
+    create, free = SystemContextCreateFn(iface.fns[0]), SystemContextFreeFn(iface.fns[3])
     handle = C.c_void_p()
     rc = create(C.byref(handle)) & 0xFFFF
     if rc:
         raise RuntimeError(f"QnnSystemContext_create failed (error {rc})")
     try:
         buf = C.create_string_buffer(data, len(data)) if data else C.create_string_buffer(1)
-        info = C.POINTER(_BinInfo)()
+        info = C.POINTER(BinaryInfo)()
         if iface.fns[2]:
-            rc = _GetMetaFn(iface.fns[2])(handle, C.cast(buf, C.c_void_p), len(data), C.byref(info)) & 0xFFFF
+            rc = GetMetadataFn(iface.fns[2])(handle, C.cast(buf, C.c_void_p), len(data), C.byref(info)) & 0xFFFF
         else:
             size = C.c_uint64()
-            rc = _GetBinInfoFn(iface.fns[1])(handle, C.cast(buf, C.c_void_p), len(data), C.byref(info),
+            rc = GetBinaryInfoFn(iface.fns[1])(handle, C.cast(buf, C.c_void_p), len(data), C.byref(info),
                                              C.byref(size)) & 0xFFFF
         if rc or not info:
             raise ValueError(f"{bin_path}: not a QNN context binary (QnnSystem error {rc})")
@@ -222,22 +253,22 @@ def binary_info(bin_path: str, lib_dir: str | None = None) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
-def _htp_lib(lib_dir: str | None = None) -> C.CDLL:
+def htp_lib(lib_dir: str | None = None) -> C.CDLL:
     """Load libQnnHtp.so (bundled, or from `lib_dir`) once."""
-    return _dlopen_quiet(os.path.join(lib_dir or _qnn_dir(), "libQnnHtp.so"))
+    return dlopen_quiet(os.path.join(lib_dir or _qnn_dir(), "libQnnHtp.so"))
 
 
 def htp_build_id(lib_dir: str | None = None) -> dict:
     """Provider name, backend id, API versions and build id of libQnnHtp.so (bundled, or in `lib_dir`)."""
-    lib = _htp_lib(lib_dir)
-    provs, n = C.POINTER(C.POINTER(_Iface))(), C.c_uint32()
-    lib.QnnInterface_getProviders.restype = _Err
+    lib = htp_lib(lib_dir)
+    provs, n = C.POINTER(C.POINTER(Interface))(), C.c_uint32()
+    lib.QnnInterface_getProviders.restype = ErrorHandle
     rc = lib.QnnInterface_getProviders(C.byref(provs), C.byref(n)) & 0xFFFF
     if rc or n.value == 0:
         raise RuntimeError(f"QnnInterface_getProviders failed (error {rc}, {n.value} providers)")
     p = provs[0].contents
     bid = C.c_char_p()
-    rc = _BuildIdFn(p.fns[4])(C.byref(bid)) & 0xFFFF if p.fns[4] else -1
+    rc = _BuildIdFn(p.backendGetBuildId)(C.byref(bid)) & 0xFFFF if p.backendGetBuildId else -1
     return {"provider": _str(p.providerName), "backendId": p.backendId, "coreApi": _ver(p.coreApi),
             "htpApi": _ver(p.backendApi), "buildId": _str(bid.value) if rc == 0 else None}
 

@@ -7,57 +7,36 @@ buffers, all carved out of one heap buffer -> graphExecute. On the x86 host the 
 the graph in its HTP simulator; on a phone the same calls run on the NPU.
 
 Struct layouts and the function table follow the QNN SDK headers (QnnInterface.h, QnnTypes.h,
-QnnCommon.h; LP64). The binary-info structs and library loading are shared with toolchain.qnnbin.
+QnnCommon.h; LP64). The binary-info structs and library loading are shared with toolchain.qnn.qnnbin.
 """
 from __future__ import annotations
 
 import ctypes as C
 import os
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from toolchain.qnn.qnnbin import (
-    _DTYPES,
-    _ENC_BW_SCALE_OFFSET,
-    _ENC_SCALE_OFFSET,
-    _QNN_DEFINITION_DEFINED,
-    _BinInfo,
-    _CreateFn,
-    _dlopen_quiet,
-    _Err,
-    _FreeFn,
-    _GetBinInfoFn,
-    _GetMetaFn,
-    _htp_lib,
-    _sys_iface,
-    _SysIface,
-    _Tensor,
-    _Ver,
+    DTYPES,
+    ENCODING_BW_SCALE_OFFSET,
+    ENCODING_SCALE_OFFSET,
+    QNN_DEFINITION_DEFINED,
+    BinaryInfo,
+    ErrorHandle,
+    GetBinaryInfoFn,
+    GetMetadataFn,
+    Interface,
+    SystemContextCreateFn,
+    SystemContextFreeFn,
+    SystemInterface,
+    Tensor,
+    dlopen_quiet,
+    htp_lib,
+    system_interface,
 )
 
-# QNN_INTERFACE_VER_TYPE (QnnInterface.h), in order. Newer SDKs only append entries after signalFree.
-_FNS = ("propertyHasCapability",
-        "backendCreate", "backendSetConfig", "backendGetApiVersion", "backendGetBuildId",
-        "backendRegisterOpPackage", "backendGetSupportedOperations", "backendValidateOpConfig", "backendFree",
-        "contextCreate", "contextSetConfig", "contextGetBinarySize", "contextGetBinary",
-        "contextCreateFromBinary", "contextFree",
-        "graphCreate", "graphCreateSubgraph", "graphSetConfig", "graphAddNode", "graphFinalize",
-        "graphRetrieve", "graphExecute", "graphExecuteAsync",
-        "tensorCreateContextTensor", "tensorCreateGraphTensor",
-        "logCreate", "logSetLogLevel", "logFree",
-        "profileCreate", "profileSetConfig", "profileGetEvents", "profileGetSubEvents", "profileGetEventData",
-        "profileGetExtendedEventData", "profileFree",
-        "memRegister", "memDeRegister",
-        "deviceGetPlatformInfo", "deviceFreePlatformInfo", "deviceGetInfrastructure", "deviceCreate",
-        "deviceSetConfig", "deviceGetInfo", "deviceFree",
-        "signalCreate", "signalSetConfig", "signalTrigger", "signalFree")
-
-
-class _Interface(C.Structure):
-    # QnnInterface_t: backendId, providerName, Qnn_ApiVersion_t, then the function table (a union of one)
-    _fields_ = [("backendId", C.c_uint32), ("providerName", C.c_char_p), ("coreApi", _Ver),
-                ("backendApi", _Ver)] + [(name, C.c_void_p) for name in _FNS]
-
+# numpy is imported where used: doit's own process loads this module on every run (tests/test_engine_worker.py)
+if TYPE_CHECKING:
+    import numpy as np
 
 _P = C.c_void_p
 # Signatures from QnnInterface.h; handles are void*, Qnn_ContextBinarySize_t is passed as uint64 (it is
@@ -71,17 +50,17 @@ _SIGS = {
     # (backend, device, const config**, const void* buf, size, context*, profile)
     "contextFree": (_P, _P),                                  # (context, profile)
     "graphRetrieve": (_P, C.c_char_p, C.POINTER(_P)),         # (context, name, graph*)
-    "graphExecute": (_P, C.POINTER(_Tensor), C.c_uint32, C.POINTER(_Tensor), C.c_uint32, _P, _P),
+    "graphExecute": (_P, C.POINTER(Tensor), C.c_uint32, C.POINTER(Tensor), C.c_uint32, _P, _P),
     # (graph, const Qnn_Tensor_t* in, n_in, Qnn_Tensor_t* out, n_out, profile, signal)
 }
 
 _QNN_TENSORMEMTYPE_RAW = 0
-# Qnn_DataType_t short name -> numpy storage type
-_NP = {"int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
-       "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
-       "float16": np.float16, "float32": np.float32, "float64": np.float64, "bool": np.uint8,
-       "sfixed8": np.int8, "sfixed16": np.int16, "sfixed32": np.int32,
-       "ufixed8": np.uint8, "ufixed16": np.uint16, "ufixed32": np.uint32}
+# Qnn_DataType_t short name -> numpy storage type (by name: numpy takes it wherever a dtype goes)
+_NP = {"int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
+       "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
+       "float16": "float16", "float32": "float32", "float64": "float64", "bool": "uint8",
+       "sfixed8": "int8", "sfixed16": "int16", "sfixed32": "int32",
+       "ufixed8": "uint8", "ufixed16": "uint16", "ufixed32": "uint32"}
 
 
 def _check(rc: int, what: str) -> None:
@@ -94,12 +73,13 @@ def _check(rc: int, what: str) -> None:
 class _Io:
     """One graph input or output: our own copy of its Qnn_Tensor_t plus a numpy view into the I/O buffer."""
 
-    def __init__(self, src: _Tensor):
-        self.tensor = _Tensor()
+    def __init__(self, src: Tensor):
+        import numpy as np
+        self.tensor = Tensor()
         C.pointer(self.tensor)[0] = src        # struct copy; the pointers in it are replaced below
         v = self.tensor.v2                      # V1 is a prefix of V2
         self.name = (v.name or b"").decode()
-        self.dtype = _DTYPES.get(v.dataType, "0x%04x" % v.dataType)
+        self.dtype = DTYPES.get(v.dataType, "0x%04x" % v.dataType)
         self.shape = [int(v.dims[i]) for i in range(v.rank)] if v.dims else []
         if self.dtype not in _NP:
             raise ValueError(f"tensor '{self.name}': unsupported data type {self.dtype}")
@@ -112,10 +92,10 @@ class _Io:
         v.isDynamicDimensions = None
         self.scale = self.offset = None
         q = v.quant
-        if q.encodingDefinition == _QNN_DEFINITION_DEFINED:
-            if q.encoding == _ENC_SCALE_OFFSET:
+        if q.encodingDefinition == QNN_DEFINITION_DEFINED:
+            if q.encoding == ENCODING_SCALE_OFFSET:
                 self.scale, self.offset = float(q.u.so.scale), int(q.u.so.offset)
-            elif q.encoding == _ENC_BW_SCALE_OFFSET:
+            elif q.encoding == ENCODING_BW_SCALE_OFFSET:
                 self.scale, self.offset = float(q.u.bw.scale), int(q.u.bw.offset)
             elif self.dtype.startswith(("ufixed", "sfixed")):
                 # per-axis/block encodings hold pointers into the freed system context
@@ -140,7 +120,7 @@ class QnnModel:
         self._backend = self._device = self._context = self._graph = None
         self._fn: dict = {}
         # backend: the wheel's libQnnHtp.so (cached by qnnbin) or an app's own copy
-        self._lib = _htp_lib() if backend_lib is None else _dlopen_quiet(os.path.abspath(backend_lib))
+        self._lib = htp_lib() if backend_lib is None else dlopen_quiet(os.path.abspath(backend_lib))
         self._iface = self._interface()
         try:
             self._open(binary, system_lib)
@@ -148,9 +128,9 @@ class QnnModel:
             self.close()
             raise
 
-    def _interface(self) -> _Interface:
-        provs, n = C.POINTER(C.POINTER(_Interface))(), C.c_uint32()
-        self._lib.QnnInterface_getProviders.restype = _Err
+    def _interface(self) -> Interface:
+        provs, n = C.POINTER(C.POINTER(Interface))(), C.c_uint32()
+        self._lib.QnnInterface_getProviders.restype = ErrorHandle
         _check(self._lib.QnnInterface_getProviders(C.byref(provs), C.byref(n)), "QnnInterface_getProviders")
         if n.value == 0:
             raise RuntimeError("QnnInterface_getProviders: no interface providers")
@@ -159,10 +139,11 @@ class QnnModel:
             addr = getattr(iface, name)
             if not addr:
                 raise RuntimeError(f"the backend does not implement {name}")
-            self._fn[name] = C.CFUNCTYPE(_Err, *args)(addr)
+            self._fn[name] = C.CFUNCTYPE(ErrorHandle, *args)(addr)
         return iface
 
     def _open(self, binary: str, system_lib: str | None) -> None:
+        import numpy as np
         fn = self._fn
         # sherpa: logCreate -> backendCreate -> deviceCreate. No logger here (NULL is allowed).
         self._backend = _P()
@@ -194,25 +175,25 @@ class QnnModel:
         for t in inputs + outputs:
             t.bind(self._buffer, offset)
             offset += t.nbytes
-        self._in = (_Tensor * len(inputs))(*[t.tensor for t in inputs])
-        self._out = (_Tensor * len(outputs))(*[t.tensor for t in outputs])
+        self._in = (Tensor * len(inputs))(*[t.tensor for t in inputs])
+        self._out = (Tensor * len(outputs))(*[t.tensor for t in outputs])
         self._by_name = {t.name: t for t in inputs + outputs}
         self.input_names = [t.name for t in inputs]
         self.output_names = [t.name for t in outputs]
 
     def _graph_info(self, binary: str, size: int, system_lib: str | None) -> tuple[bytes, list, list]:
         """First graph's name and I/O tensors, read from the binary through libQnnSystem (then freed)."""
-        sys_iface = _sys_iface()[1] if system_lib is None else self._system_interface(system_lib)
-        create, free = _CreateFn(sys_iface.fns[0]), _FreeFn(sys_iface.fns[3])
+        sys_iface = system_interface()[1] if system_lib is None else self._system_interface(system_lib)
+        create, free = SystemContextCreateFn(sys_iface.fns[0]), SystemContextFreeFn(sys_iface.fns[3])
         handle = _P()
         _check(create(C.byref(handle)), "QnnSystemContext_create")
         try:
-            info = C.POINTER(_BinInfo)()
+            info = C.POINTER(BinaryInfo)()
             blob = C.cast(self._blob, _P)
             if sys_iface.fns[1]:        # systemContextGetBinaryInfo, as sherpa
-                rc = _GetBinInfoFn(sys_iface.fns[1])(handle, blob, size, C.byref(info), C.byref(C.c_uint64()))
+                rc = GetBinaryInfoFn(sys_iface.fns[1])(handle, blob, size, C.byref(info), C.byref(C.c_uint64()))
             else:                       # builds without it have systemContextGetMetadata
-                rc = _GetMetaFn(sys_iface.fns[2])(handle, blob, size, C.byref(info))
+                rc = GetMetadataFn(sys_iface.fns[2])(handle, blob, size, C.byref(info))
             if rc & 0xFFFF or not info:
                 raise ValueError(f"{binary}: not a QNN context binary (QnnSystem error {rc & 0xFFFF})")
             b = info.contents
@@ -230,11 +211,11 @@ class QnnModel:
         finally:
             free(handle)
 
-    def _system_interface(self, path: str) -> _SysIface:
+    def _system_interface(self, path: str) -> SystemInterface:
         """First provider of an explicitly named libQnnSystem (an app's own copy, any file name)."""
-        self._syslib = _dlopen_quiet(os.path.abspath(path))   # kept: the provider table lives in it
-        provs, n = C.POINTER(C.POINTER(_SysIface))(), C.c_uint32()
-        self._syslib.QnnSystemInterface_getProviders.restype = _Err
+        self._syslib = dlopen_quiet(os.path.abspath(path))   # kept: the provider table lives in it
+        provs, n = C.POINTER(C.POINTER(SystemInterface))(), C.c_uint32()
+        self._syslib.QnnSystemInterface_getProviders.restype = ErrorHandle
         _check(self._syslib.QnnSystemInterface_getProviders(C.byref(provs), C.byref(n)),
                "QnnSystemInterface_getProviders")
         if n.value == 0:
@@ -259,6 +240,7 @@ class QnnModel:
     def set_input(self, name: str, data) -> None:
         """Copy `data` into the input's slice of the I/O buffer, converted to the tensor's type.
         Quantized inputs take real values: q = round(x / scale - offset), clipped (sherpa's FillData)."""
+        import numpy as np
         t = self._tensor(name)
         if name not in self.input_names:
             raise ValueError(f"tensor '{name}' is an output, not an input")
@@ -283,6 +265,7 @@ class QnnModel:
     def output(self, name: str) -> np.ndarray:
         """A copy of a tensor, shaped as reported: float32 for float and quantized tensors
         (value = (q + offset) * scale, sherpa's GetData), else its integer type."""
+        import numpy as np
         t = self._tensor(name)
         if t.scale is not None and t.dtype.startswith(("ufixed", "sfixed")):
             return ((t.view.astype(np.float64) + t.offset) * t.scale).astype(np.float32)

@@ -9,10 +9,10 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
-
 from toolchain.rewrites import known_wrong
 from toolchain.rewrites.view import GraphView, attribute
+
+# numpy is imported where used: doit's own process loads this module on every run (tests/test_engine_worker.py)
 
 AUTO = "auto"
 
@@ -129,6 +129,7 @@ def gather_high_rank(view: GraphView, node) -> None:
     The HTP holds tensors of rank 5 at most: the EP leaves a Gather with a rank-6 output on the CPU with no reason
     but "Failed to add node." (and so every node that reads it), measured on [1,4,8,10] gathered by [2,3,5]
     indices. Frame-splitting code ("unfold": Gather with 2-D indices, then Reshape) makes such a Gather."""
+    import numpy as np
     indices = view.constant(node.input[1])
     if indices is not None:
         flat = view.add_constant(f"{node.input[1]}_flat", indices.reshape(-1))
@@ -176,6 +177,7 @@ def convtranspose_as_conv(view: GraphView, node) -> None:
 
     The HTP's TransposeConv refuses dilation: "QNN's TransposeConv2d operator only supports default dilation values
     of 1." (the EP's log; the node runs on the CPU); its Conv takes dilation. Applied by "auto" to dilated ones only."""
+    import numpy as np
     kernel, dilations, _, pads = _spatial(view, node)
     weight = view.constant(node.input[1])
     group = attribute(node, "group", 1)
@@ -225,6 +227,7 @@ def conv_dilated_polyphase(view: GraphView, node) -> None:
 
     The HTP computes some dilated 1-D Convs wrong in fp16 (known_wrong.toml holds the measured ones); the same
     weights without dilation are right. "auto" applies it where the table names the Conv."""
+    import numpy as np
     (k,), (dilation,), _, ((pad_begin, pad_end),) = _spatial(view, node)
     batch, _, length = view.shape(node.input[0])
     padded = length + pad_begin + pad_end

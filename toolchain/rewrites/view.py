@@ -2,9 +2,8 @@
 replacement of one node by several at its place (so the node order stays topological)."""
 from __future__ import annotations
 
-import numpy as np
-
-# onnx is imported where used: the build's task list loads this module without it (a cheap no-op `doit`)
+# numpy and onnx are imported where used: the build's task list loads this module without them (a cheap no-op
+# `doit`; tests/test_engine_worker.py)
 
 
 class GraphView:
@@ -59,6 +58,7 @@ class GraphView:
         return name
 
     def add_constant(self, base: str, value) -> str:
+        import numpy as np
         from onnx import numpy_helper
         name = self.fresh(base)
         self.graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))

@@ -6,7 +6,8 @@ import math
 import time
 from typing import NotRequired, TypedDict
 
-import numpy as np
+# numpy is imported where used: doit's own process loads this module on every run (tests/test_engine_worker.py)
+
 
 
 class TensorErrors(TypedDict):
@@ -70,6 +71,7 @@ def tensor_errors(reference, candidate, feeds_by_graph: dict,
 
 def _judged(calls: list[TensorErrors], check: OutputCheck) -> dict:
     """One output over its calls: the worst of each measure, and the call its check is most exceeded in."""
+    import numpy as np
     judged = "judged_by" not in check
     ratios = [excess(e, check) for e in calls] if judged else [e["max_abs"] for e in calls]
     call = int(np.argmax(ratios))
@@ -135,6 +137,7 @@ def check_source(graph, output: str, spec: str, check: OutputCheck | None = None
 
 def element_errors(want, got) -> TensorErrors:
     """The error measures of one output (see tensor_errors); `range` is the scale max_rel divides by."""
+    import numpy as np
     want, got = want.astype(np.float64).ravel(), got.astype(np.float64).ravel()
     diff = np.abs(want - got)
     scale = float(np.max(np.abs(want))) if want.size else 0.0

@@ -3,29 +3,38 @@ and onnxruntime's CPU run of a graph (the reference every compiler is held to)."
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 from pathlib import Path
 
-import numpy as np
-
 from toolchain.errors import StageFailed
+
+# numpy is imported where used: doit's own process loads this module on every run (tests/test_engine_worker.py)
 
 
 def defines(module_file: str, name: str) -> bool:
     """Whether a model file defines `name` at its top level (a function, an assignment or an import), read with ast:
     doit's own process decides a task's shape from it without importing the model's code. A file that does not parse
     defines nothing here: the step that imports it names the file and line of the syntax error."""
+    source = Path(module_file).read_bytes()
+    return name.encode() in source and name in _top_level_names(source)   # a name it never spells: no parse
+
+
+@functools.lru_cache(maxsize=64)
+def _top_level_names(source: bytes) -> frozenset[str]:
+    """The names a model file's source defines at its top level, parsed once per source (tasks ask per model
+    and chip: 80 parses were a third of a no-op `doit` of the shipped models)."""
     try:
-        tree = ast.parse(Path(module_file).read_bytes())
+        tree = ast.parse(source)
     except SyntaxError:
-        return False
+        return frozenset()
     names = [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
     for node in tree.body:
         if isinstance(node, ast.Assign):
             names += [n.id for target in node.targets for n in ast.walk(target) if isinstance(n, ast.Name)]
         elif isinstance(node, ast.ImportFrom):
             names += [alias.asname or alias.name for alias in node.names]
-    return name in names
+    return frozenset(names)
 
 
 def data_files(data_dir: str | None) -> list[str]:
@@ -53,6 +62,7 @@ def samples(module, data_dir: str | None, wanted=(), field: str = "") -> list:
 def feeds(module, run, sample, io: dict, count: int = 3) -> dict:
     """Inputs per graph for tensor comparisons: the model code's graph_feeds(), or, for a module
     without one, `count` seeded random feeds of the declared shapes (int32 inputs in [0, 10))."""
+    import numpy as np
     if hasattr(module, "graph_feeds"):
         found = with_io(module.graph_feeds, io)(run, sample)
         missing = [g for g in io if not found.get(g)]

@@ -5,8 +5,6 @@ from __future__ import annotations
 from importlib import metadata
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
-
 from toolchain.spec.records import CHECKPOINT_FORMATS, FORMAT, SHA256, Checkpoint
 from toolchain.spec.table import Settings, Table
 
@@ -63,8 +61,12 @@ def package_file(t: Table, requirement: str, inner: str) -> Path:
 def requires(top: Table) -> Settings:
     """`requires = ["librosa>=0.10", ...]`: the model code's own packages, each installed and matching, or
     one line naming it; {requirement: installed version} (recorded in the manifest and export settings)."""
+    items = top.opt("requires", list, [])
+    if not items:
+        return Settings({})
+    from packaging.requirements import InvalidRequirement, Requirement  # only now: it is slow to import
     found = {}
-    for item in top.opt("requires", list, []):
+    for item in items:
         if not isinstance(item, str):
             top.fail("requires", f"expected requirement strings like \"librosa>=0.10\", got {item!r}")
         try:

@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 from doit.tools import config_changed
 
 from toolchain import artifacts
@@ -23,8 +22,12 @@ from toolchain.errors import StageFailed
 from toolchain.qnn.layout import native_permutation
 from toolchain.shared import modeldata
 
+# numpy is imported where used: doit's own process loads this module on every run (tests/test_engine_worker.py)
 if TYPE_CHECKING:   # annotations only: the project imports every stage
+    import numpy as np
+
     from toolchain.project import Project
+
 
 
 def tasks(project: Project):
@@ -43,7 +46,7 @@ def tasks(project: Project):
                       "field": f"{model.spec_file}: graphs.{graph.name}.calibration"}
             yield {"name": f"{model.name}/{graph.name}",
                    "doc": f"{model.name}/{graph.name}: {graph.calibration} real calibration inputs (raw + input list)",
-                   "file_dep": [*model.code_files, *onnx_files.values(), *modeldata.data_files(model.data_dir)],
+                   "file_dep": [*model.code_files, *onnx_files.values(), *project.data_files(model)],
                    "targets": [artifacts.calibration_list(model, graph), artifacts.calibration_record(model, graph),
                                *raws, log],
                    "clean": True,
@@ -57,6 +60,7 @@ def permutation(layout: str, shape: list) -> list[int]:
 
 def write(module_file: str, onnx_files: dict, data_dir, graph: str, inputs: list, count: int, folder: str,
           layout: str = "onnx", held_out: list | tuple = (), field: str = ""):
+    import numpy as np
     module = load_module(module_file)
     cpu = {g: modeldata.cpu(p) for g, p in onnx_files.items()}
     every = modeldata.samples(module, data_dir)
@@ -100,6 +104,8 @@ def write(module_file: str, onnx_files: dict, data_dir, graph: str, inputs: list
 def read(folder: str, inputs: list) -> list[dict[str, np.ndarray]]:
     """The calibration set back as ONNX-layout feeds, from input_list.txt and the recorded axes."""
     import json
+
+    import numpy as np
     record = Path(folder, "calibration.json")
     axes = json.loads(record.read_text()).get("axes", {}) if record.exists() else {}   # none: ONNX layout
     feeds = []

@@ -46,7 +46,7 @@ def tasks(project: Project):
                   "spec": model.spec_file}
         yield {"name": f"{model.name}@{chip.tag}",
                "doc": f"{model.name} on {chip.name}: the first op whose simulator output departs from the CPU",
-               "file_dep": [*model.code_files, *graphs.values(), *modeldata.data_files(model.data_dir),
+               "file_dep": [*model.code_files, *graphs.values(), *project.data_files(model),
                             *backend.tool_files(chip)],
                "targets": [out, log], "clean": True,
                "actions": [(run, (locate, kwargs, log)), (in_process, (summary, out))],

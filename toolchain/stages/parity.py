@@ -39,7 +39,7 @@ def tasks(project: Project):
                       f"{settings['max_abs']}"
                       f"{', task metric' if model.data_dir else ''})",
                "file_dep": [*checkpoint, *model.code_files, *onnx_files.values(),
-                            *modeldata.data_files(model.data_dir)],
+                            *project.data_files(model)],
                "targets": [out, artifacts.parity_log(model)], "clean": True,
                "actions": [(run, (check, kwargs, artifacts.parity_log(model)))],
                "uptodate": [config_changed({"settings": settings, "tool": tool})]}

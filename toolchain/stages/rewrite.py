@@ -42,7 +42,7 @@ def tasks(project: Project):
                "doc": f"{model.name}: rewritten graphs vs unrewritten on the CPU, on the model's data (max_abs "
                       f"{settings['max_abs']})",
                "file_dep": [*model.code_files, *(p for g in graphs.values() for p in g.values() if p),
-                            *modeldata.data_files(model.data_dir)],
+                            *project.data_files(model)],
                "targets": [out, log], "clean": True,
                "actions": [(run, (check, kwargs, log))],
                "uptodate": [config_changed({"settings": settings, "tool": tool})]}

@@ -8,11 +8,14 @@ over hundreds of chunks, which a per-call check with the reference's states neve
 from __future__ import annotations
 
 import math
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from toolchain.errors import StageFailed
 from toolchain.shared import measures, modeldata
+
+# numpy is imported where used: doit's own process loads this module on every run (tests/test_engine_worker.py)
+if TYPE_CHECKING:
+    import numpy as np
 
 INITIAL = "zeros"   # every state input starts as zeros (silero, icefall and sherpa-onnx all do)
 
@@ -42,6 +45,7 @@ def _axis(geometry: dict) -> str:
 
 def cut(data: np.ndarray, geometry: dict, shape: tuple, dtype: str, where: str) -> list[np.ndarray]:
     """The stream input of every call: [i*hop - context, i*hop + chunk) along the axis, zero-padded."""
+    import numpy as np
     axis, chunk, hop, context = (geometry[k] for k in ("axis", "chunk", "hop", "context"))
     data = np.asarray(data)
     if data.ndim != len(shape) or any(data.shape[a] != d for a, d in enumerate(shape) if a != axis):
@@ -62,6 +66,7 @@ def cut(data: np.ndarray, geometry: dict, shape: tuple, dtype: str, where: str) 
 
 def loop(run, graph: str, pieces: list, geometry: dict, pairs: dict, inputs: list) -> list[tuple[dict, dict]]:
     """(feeds, outputs) of every call, `run` feeding back its own state outputs."""
+    import numpy as np
     shapes = {name: (shape, dtype) for name, shape, dtype in inputs}
     state = {fed: np.zeros(*shapes[fed]) for fed in pairs.values()}
     calls = []
@@ -76,6 +81,7 @@ def loop(run, graph: str, pieces: list, geometry: dict, pairs: dict, inputs: lis
 def drift(reference: list, candidate: list, checks: dict) -> dict:
     """Per output over the stream: max / p99 abs error, max error of the range, the chunk where the check is
     most exceeded (or the error peaks), the per-chunk max abs error, and whether the output's check holds."""
+    import numpy as np
     found = {}
     for name in reference[0][1]:
         per_chunk = [measures.element_errors(np.asarray(r[1][name]), np.asarray(c[1][name]))

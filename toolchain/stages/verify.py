@@ -63,7 +63,7 @@ def tasks(project: Project, tier: str):
         yield {"name": f"{model.name}@{chip.tag}",
                "doc": f"{model.name} on {chip.tag}: {backend.verify_runner_name()} vs CPU ONNX, {tier} tier ({what})",
                "file_dep": [*model.code_files, *[p for g in graphs.values() for p in g.values()],
-                            *modeldata.data_files(model.data_dir), *backend.tool_files(chip)],
+                            *project.data_files(model), *backend.tool_files(chip)],
                "targets": [out, log], "clean": True,
                "actions": [(run, (check, kwargs, log))],
                "uptodate": [config_changed({"checks": checks, **backend.verify_settings(model, chip, tier)})]}

@@ -13,8 +13,7 @@ import ctypes as C
 
 from toolchain.engine.files import atomic_path
 from toolchain.qnn import qnnbin
-from toolchain.qnn.qnnbin import _Err, _htp_lib
-from toolchain.qnn.qnnrun import _FNS, _Interface
+from toolchain.qnn.qnnbin import INTERFACE_FUNCTIONS, ErrorHandle, Interface, htp_lib
 
 _P = C.c_void_p
 # Option numbers of the documented QNN HTP API (QnnDevice/QnnGraph config options, HTP custom configs).
@@ -112,12 +111,12 @@ def graph_configs(settings: dict) -> ConfigList:
     return ConfigList(found)
 
 
-_PROVIDERS = C.CFUNCTYPE(_Err, C.POINTER(C.POINTER(C.POINTER(_Interface))), C.POINTER(C.c_uint32))
-_DEVICE_CREATE = C.CFUNCTYPE(_Err, _P, _P, C.POINTER(_P))
-_GRAPH_CREATE = C.CFUNCTYPE(_Err, _P, C.c_char_p, _P, C.POINTER(_P))
-_CONTEXT_FREE = C.CFUNCTYPE(_Err, _P, _P)
-_GET_SIZE = C.CFUNCTYPE(_Err, _P, C.POINTER(C.c_uint64))
-_GET_BINARY = C.CFUNCTYPE(_Err, _P, _P, C.c_uint64, C.POINTER(C.c_uint64))
+_PROVIDERS = C.CFUNCTYPE(ErrorHandle, C.POINTER(C.POINTER(C.POINTER(Interface))), C.POINTER(C.c_uint32))
+_DEVICE_CREATE = C.CFUNCTYPE(ErrorHandle, _P, _P, C.POINTER(_P))
+_GRAPH_CREATE = C.CFUNCTYPE(ErrorHandle, _P, C.c_char_p, _P, C.POINTER(_P))
+_CONTEXT_FREE = C.CFUNCTYPE(ErrorHandle, _P, _P)
+_GET_SIZE = C.CFUNCTYPE(ErrorHandle, _P, C.POINTER(C.c_uint64))
+_GET_BINARY = C.CFUNCTYPE(ErrorHandle, _P, _P, C.c_uint64, C.POINTER(C.c_uint64))
 
 
 class Replay:
@@ -126,14 +125,14 @@ class Replay:
 
     def __init__(self, chip: dict, settings: dict, device_config_offset: int = DEVICE_CONFIG_OFFSET,
                  lib_dir: str | None = None):
-        provs, n = C.POINTER(C.POINTER(_Interface))(), C.c_uint32()
-        lib = _htp_lib(lib_dir)
-        lib.QnnInterface_getProviders.restype = _Err
+        provs, n = C.POINTER(C.POINTER(Interface))(), C.c_uint32()
+        lib = htp_lib(lib_dir)
+        lib.QnnInterface_getProviders.restype = ErrorHandle
         rc = lib.QnnInterface_getProviders(C.byref(provs), C.byref(n))
         if rc & 0xFFFF or n.value == 0:
             raise RuntimeError(f"QnnInterface_getProviders failed (error {rc & 0xFFFF})")
         real = provs[0].contents
-        self.table = _Interface()
+        self.table = Interface()
         C.pointer(self.table)[0] = real
         self._device_configs = device_configs(chip, device_config_offset)
         self._graph_configs = graph_configs(settings)
@@ -168,10 +167,10 @@ class Replay:
         self._callbacks = [_DEVICE_CREATE(device_create), _GRAPH_CREATE(graph_create), _CONTEXT_FREE(context_free)]
         for name, fn in zip(("deviceCreate", "graphCreate", "contextFree"), self._callbacks):
             setattr(self.table, name, C.cast(fn, _P))
-        self._list = (C.POINTER(_Interface) * 1)(C.pointer(self.table))
+        self._list = (C.POINTER(Interface) * 1)(C.pointer(self.table))
 
         def providers(out, count):
-            out[0] = C.cast(self._list, C.POINTER(C.POINTER(_Interface)))
+            out[0] = C.cast(self._list, C.POINTER(C.POINTER(Interface)))
             count[0] = 1
             return 0
 
@@ -191,7 +190,8 @@ def compose(model_lib: str, weights: str, chip: dict, settings: dict,
     return replay
 
 
-assert len(_FNS) == 48   # the documented prefix of the function table (qnnrun.py), as csrc/include declares it
+# the documented prefix of the function table (qnnbin.py), as csrc/include declares it
+assert len(INTERFACE_FUNCTIONS) == 48
 
 
 # EPContext wrapper: what the EP writes beside its binaries, as measured on its own outputs (onnxruntime-qnn 2.7.0):

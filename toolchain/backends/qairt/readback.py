@@ -105,7 +105,7 @@ def quantization(tensor: dict) -> dict:
 def dtype(value) -> str:
     """'QNN_DATATYPE_FLOAT_32' (or the numeric Qnn_DataType_t) -> 'float32'."""
     if isinstance(value, int):
-        return qnnbin._DTYPES.get(value, "0x%04x" % value)
+        return qnnbin.DTYPES.get(value, "0x%04x" % value)
     m = re.fullmatch(r"QNN_DATATYPE_([A-Z_]+?)_(\d+)", value)
     return f"{KINDS.get(m.group(1), m.group(1).lower())}{m.group(2)}" if m else value.lower()
 
