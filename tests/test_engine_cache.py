@@ -1,4 +1,4 @@
-"""The shared artifact cache (toolchain/engine/{cache,cache_http,cache_store}.py): keys that follow inputs, settings and
+"""The shared artifact cache (toolchain/engine/cache/: __init__, remote, store): keys that follow inputs, settings and
 code; a folder cache another checkout restores every heavy step from; nginx with WebDAV PUT speaking Bazel's HTTP
 remote-cache layout (tests/nginx_cache.py); restores that cannot poison a build (folder and server); and a server
 that is dead, slow or full costing a warning line, never the build."""

@@ -1,4 +1,4 @@
-"""The shared cache attacked by whoever can write it (toolchain/engine/{cache,cache_store,restored}.py, docs/scale.md
+"""The shared cache attacked by whoever can write it (toolchain/engine/cache/, engine/restored.py, docs/scale.md
 "Trust"): no stage whose outputs are code is ever stored or restored, whatever entry a writer plants; data restored
 is checked against what the cache cannot write (the checkpoint's pin, the array format, the record format); settings
 and keys name no folder, so projects at other depths share every cacheable entry. Folder and nginx alike."""
@@ -30,7 +30,8 @@ from conftest import (
     tool_logs,
 )
 
-from toolchain.engine import cache, cache_store
+from toolchain.engine import cache
+from toolchain.engine.cache import store as cache_store
 
 # Run in a project folder: every task of its dodo.py with what keys it (settings, action, the key it has or would
 # have where its inputs exist), as JSON. A subprocess: the dodo reads its own command line and environment.

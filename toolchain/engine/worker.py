@@ -26,7 +26,7 @@ FUNCTION = "__function__"
 def run(function, kwargs: dict, log: str, task):
     """Call module-level `function(**kwargs)` in a child process, output to `log`; a doit action result.
     doit fills in `task` (a parameter it knows by name): its file_dep, config_changed settings and
-    targets key the artifact cache (cache.py), its stage picks the concurrency limit (limits.py), its
+    targets key the artifact cache (cache/), its stage picks the concurrency limit (limits.py), its
     meta the worker mode (a fork of the fork server, or a fresh interpreter: zygote.py)."""
     name, plain = qualified(function), to_json(kwargs)
     action = {"function": name, "kwargs": plain}

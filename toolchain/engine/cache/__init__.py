@@ -11,7 +11,7 @@ Two kinds of objects, each named by a hash, so checkouts, machines and concurren
 A restore is used only when every blob has its recorded sha256 and the stage's own check of what it restores
 holds (task meta "restore_check": a compile's binary read back for its chip and I/O); otherwise it is dropped,
 the step recomputed and a correct entry written back. A server that is slow, down, full or wrong costs a
-warning line, never the build (cache_http.py).
+warning line, never the build (remote.py).
 """
 from __future__ import annotations
 
@@ -28,16 +28,17 @@ from pathlib import Path
 
 from doit.tools import config_changed
 
-from toolchain.engine import cache_http, versions
-from toolchain.engine.cache_store import FORMAT, MAX_BLOB, Settings, Store, Unreachable  # noqa: F401  (the API)
+from toolchain.engine import versions
+from toolchain.engine.cache import remote
+from toolchain.engine.cache.store import FORMAT, MAX_BLOB, Settings, Store, Unreachable  # noqa: F401  (the API)
 from toolchain.engine.files import sha256, sha256_memo
 
-SETTINGS = "cache"   # a task's meta key holding this run's cache_store.Settings (None or no key: no cache)
+SETTINGS = "cache"   # a task's meta key holding this run's store.Settings (None or no key: no cache)
 # A task's meta "output_kind": "code" when a later step compiles, links, loads or imports its outputs. Such a
 # task never consults a cache: whoever can write the cache could otherwise run code on every machine restoring
 # from it (the stage declares it: stages.Stage.output_kind; the store refuses code files whatever a task says).
 KIND, DATA, CODE_KIND = "output_kind", "data", "code"
-CODE = Path(__file__).parents[1]   # the toolchain package: a stage's own code is part of its tool
+CODE = Path(__file__).parents[2]   # the toolchain package: a stage's own code is part of its tool
 
 
 def parse_location(text: str) -> Path | str:
@@ -72,7 +73,7 @@ def open_store(settings: Settings) -> Store:
     if settings.where is None:
         raise ValueError("no cache: settings.where is None")
     if isinstance(settings.where, str):
-        return cache_http.HttpStore(settings.where, settings)
+        return remote.HttpStore(settings.where, settings)
     return Store(settings.where, settings)
 
 

@@ -1,7 +1,7 @@
-"""Where the artifact cache keeps entries and blobs, and the rules every store follows (cache.py has the keys):
+"""Where the artifact cache keeps entries and blobs, and the rules every store follows (__init__.py has the keys):
 a restore is all or nothing, each blob checked against its sha256 and the stage's own restore check; a save
 writes the blobs first and the entry last; a store that fails says so in one line and never fails the build.
-This module is the folder; cache_http.py the server."""
+This module is the folder; remote.py the server."""
 from __future__ import annotations
 
 import hashlib
@@ -42,7 +42,7 @@ class Settings:
 
 
 class Store:
-    """One cache folder. A subclass (cache_http.HttpStore) changes where entries and blobs live, not the rules."""
+    """One cache folder. A subclass (remote.HttpStore) changes where entries and blobs live, not the rules."""
 
     def __init__(self, root: str | Path, settings: Settings = Settings()):
         self.root = Path(root)
@@ -166,7 +166,7 @@ class Unreachable(Exception):
 
 
 def _say(err: Unreachable, what: str = "", after: str = "") -> None:
-    """One warning line for a server that failed; nothing for one skipped since (cache_http.Skipped)."""
+    """One warning line for a server that failed; nothing for one skipped since (remote.Skipped)."""
     if type(err).__name__ != "Skipped":
         warn(what + str(err) + after)
 

@@ -8,12 +8,12 @@ left alone for QNN_CACHE_RETRY seconds (default 300) by every step of the build 
 state DB), so a dead server costs one time-out per worker process, not one per step.
 
 Credentials come from the environment (read once, with every other setting: toolchain/options.py, handed over as
-cache_store.Settings), never from a record or a log: QNN_CACHE_TOKEN (a bearer token), or
+store.Settings), never from a record or a log: QNN_CACHE_TOKEN (a bearer token), or
 QNN_CACHE_USER and QNN_CACHE_PASSWORD (basic auth; a user:password@ in the URL works too and is stripped from
 every message). https:// URLs are verified against the system's CAs, or QNN_CACHE_CA (a PEM file). A redirect
 is never followed (it would take the credentials to another host, or from https to http): a 3xx answer counts as
 a failed server. No answer fills the disk or the memory: a blob is read up to the size its entry records (an
-entry records at most QNN_CACHE_MAX_BLOB bytes per output), an entry up to cache_store.MAX_ENTRY bytes.
+entry records at most QNN_CACHE_MAX_BLOB bytes per output), an entry up to store.MAX_ENTRY bytes.
 QNN_CACHE_UPLOAD=0 (or `doit cache_upload=0`) makes a read-only client: no PUT, no DELETE."""
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.engine import paths
-from toolchain.engine.cache_store import MAX_ENTRY, Settings, Store, Unreachable, bounded, warn
+from toolchain.engine.cache.store import MAX_ENTRY, Settings, Store, Unreachable, bounded, warn
 from toolchain.engine.files import MODE
 
 DOWN = f"{paths.BUILD}/.cache-down.json"   # {"url", "until"}: the server failed; skipped until then

@@ -1,4 +1,4 @@
-"""The remote cache client (toolchain/engine/cache_http.py) against what a server may do to it: answer with a redirect
+"""The remote cache client (toolchain/engine/cache/remote.py) against what a server may do to it: answer with a redirect
 (never followed: the credentials stay with the configured server; one warning, the build goes on), serve a blob
 longer or shorter than its entry records or an entry larger than any entry (refused, nothing left on disk), and a
 read-only client (cache_upload=0, $QNN_CACHE_UPLOAD=0) that restores but never PUTs or DELETEs. The servers are
@@ -15,8 +15,8 @@ import nginx_cache
 import pytest
 from conftest import ONE_CHIP, RESTORED, TOKEN, build, checkout, doit, need_nginx, tool_logs
 
-from toolchain.engine import cache_store
-from toolchain.engine.cache_http import HttpStore
+from toolchain.engine.cache import store as cache_store
+from toolchain.engine.cache.remote import HttpStore
 
 BIG = 64 << 20   # a blob far longer than its entry says
 
