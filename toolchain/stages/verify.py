@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from doit.tools import config_changed
 
@@ -23,6 +23,19 @@ if TYPE_CHECKING:   # annotations only: the project imports every stage
     from toolchain.project import Project
 
 
+class Checks(TypedDict):
+    """What a verify result is judged by: its task's settings (config_changed) and the step's `checks` (a worker gets
+    it as JSON). The optional keys appear only when a spec declares them, so the results of other models stay
+    current."""
+    max_rel: float
+    metric: dict
+    clips: list[str]
+    tier: str
+    min_cosine: NotRequired[float]
+    outputs: NotRequired[dict[str, dict[str, measures.OutputCheck]]]
+    streams: NotRequired[dict[str, dict]]
+
+
 def tasks(project: Project, tier: str):
     for model, chip in project.model_chips():
         if tier == "full" and project.runtime_gate(model):   # its full tier is the runtime's own loop
@@ -36,9 +49,9 @@ def tasks(project: Project, tier: str):
                 graphs[g.name]["context"] = artifacts.context_model(model, g, chip)
         out, log = artifacts.verified(model, chip, tier), artifacts.verify_log(model, chip, tier)
         precisions = sorted({g.precision for g in model.graphs})
-        checks = {"max_rel": max(settings["max_rel"] if p == "fp16" else settings["max_rel_w8a16"]
-                                 for p in precisions),
-                  "metric": dict(model.metric), "clips": list(clips), "tier": tier}
+        checks = Checks(max_rel=max(settings["max_rel"] if p == "fp16" else settings["max_rel_w8a16"]
+                                    for p in precisions),
+                        metric=dict(model.metric), clips=list(clips), tier=tier)
         if settings["min_cosine"]:   # only when declared: verify results of other models stay current
             checks["min_cosine"] = settings["min_cosine"]
         if any(g.checks for g in model.graphs):   # likewise: per-output checks and state loops when declared
@@ -69,7 +82,7 @@ def tasks(project: Project, tier: str):
                "uptodate": [config_changed({"checks": checks, **backend.verify_settings(model, chip, tier)})]}
 
 
-def check(module_file: str, graphs: dict, data_dir, simulators: dict, checks: dict, out: str, io: dict,
+def check(module_file: str, graphs: dict, data_dir, simulators: dict, checks: Checks, out: str, io: dict,
           spec: str = "", hint: str = "", pieces: dict | None = None, thresholds: dict | None = None,
           outputs: dict | None = None, sources: dict | None = None, streams: dict | None = None) -> None:
     """Every graph's simulator run (the backend's runner) against the CPU ONNX on the same feeds; each
@@ -97,7 +110,7 @@ def check(module_file: str, graphs: dict, data_dir, simulators: dict, checks: di
     errors = measures.tensor_errors(cpu_run, sim_run, feeds, outputs)
     given = samples and hasattr(module, "graph_feeds")
     origin = {g: f"clip {samples[0][0]}" if given or (samples and g in streams) else "generated inputs" for g in io}
-    record = {"status": "failed", "tier": checks["tier"], "tensors": errors, "checks": checks}
+    record: dict = {"status": "failed", "tier": checks["tier"], "tensors": errors, "checks": checks}
     failures = []
     for g, e in errors.items():
         for o, w in e["outputs"].items():
