@@ -37,8 +37,8 @@ def test_each_row_takes_the_command_line_over_the_environment_over_its_default(n
 
 BAD = {"full": "SM1", "extra": "yes", "qairt": "2.40", "jobs": "0", "limits": "compile=2", "workers": "spawn",
        "rehash": "true", "cache": "http://:8080/", "cache_upload": "no", "cache_timeout": "soon", "cache_retry": "-1",
-       "cache_max_blob": "big", "kind": "tflite", "runs": "x", "interval": "fast", "minutes": "nan",
-       "input_seconds": "-3", "pid": "x", "seconds": "a"}
+       "cache_max_blob": "big", "cache_ca": "/no/such/ca.pem", "kind": "tflite", "runs": "x", "interval": "fast",
+       "minutes": "nan", "input_seconds": "-3", "pid": "x", "seconds": "a"}
 
 
 @pytest.mark.parametrize("name", sorted(BAD))
@@ -76,3 +76,11 @@ def test_the_engine_gets_the_resolved_values_in_each_task():
 def test_the_docs_carry_the_table():
     """docs/usage.md's "Settings" holds the table as `python -m toolchain.options` prints it."""
     assert table_markdown(options.TABLE) in DOCS.read_text()
+
+
+def test_a_path_that_cannot_be_expanded_or_read_is_one_line():
+    """~nobody/ and a CA file that is not there: the row's one line at load, not a traceback in a task later."""
+    with pytest.raises(OptionError, match=r"^command line: cache=~no-such-user-here/c: "):
+        options.resolve_given({"cache": "~no-such-user-here/c"}, {})
+    with pytest.raises(OptionError, match=r"^\$QNN_CACHE_CA=/no/such/ca.pem: no such file$"):
+        options.resolve_given({}, {"QNN_CACHE_CA": "/no/such/ca.pem"})

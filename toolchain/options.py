@@ -41,6 +41,12 @@ def _chips(value: str) -> tuple[str, ...]:
     return wanted
 
 
+def _file(value: str) -> str:
+    if not os.path.isfile(value):
+        raise ValueError("no such file")
+    return value
+
+
 def _limits(value: str) -> dict[str, int]:
     return limits.parse(value, pipeline.NAMES)
 
@@ -72,8 +78,9 @@ TABLE: tuple[Option, ...] = (
            variable=False, examples=("60", "600")),
     Option("cache_max_blob", integer(1), cache.MAX_BLOB, "the most bytes an entry may record for one output",
            env="QNN_CACHE_MAX_BLOB", variable=False, examples=("1000", "2000"), shown_default="4 GiB"),
-    Option("cache_ca", text, None, "a PEM file of the CAs that sign an https:// cache server", env="QNN_CACHE_CA",
-           variable=False, examples=("/etc/ca-a.pem", "/etc/ca-b.pem")),
+    Option("cache_ca", _file, None, "a PEM file of the CAs that sign an https:// cache server", env="QNN_CACHE_CA",
+           variable=False, examples=("/etc/hosts", "/etc/passwd")),   # any existing files: the row checks existence
+
     Option("cache_token", text, None, "a bearer token for the cache server (never printed)", env="QNN_CACHE_TOKEN",
            variable=False, examples=("token-a", "token-b"), secret=True),
     Option("cache_user", text, None, "basic-auth user for the cache server", env="QNN_CACHE_USER", variable=False,

@@ -98,6 +98,8 @@ STAGES = (
 NAMES = tuple(s.name for s in STAGES)
 DEFAULT = [s.name for s in STAGES if s.default]
 ALIASED = {"model", "graph", "graph@chip", "model@chip"}   # scopes whose tasks belong to one model
+
+
 def default_slots(jobs: int, memory: float | None = None) -> dict[str, int]:
     """Each stage's slots on a machine of `jobs` steps at once, from its threads and measured peak memory
     (limits.slots_for)."""

@@ -48,7 +48,10 @@ def parse_location(text: str) -> Path | str:
         if problem:
             raise ValueError(problem)
         return text
-    where = Path(text).expanduser().absolute()
+    try:
+        where = Path(text).expanduser().absolute()
+    except RuntimeError as err:   # ~someone/ with no such user
+        raise ValueError(str(err)) from None
     if where.exists() and not where.is_dir():
         raise ValueError(f"{where} is not a folder")
     return where
