@@ -89,14 +89,20 @@ http {{
             raise RuntimeError("nginx did not listen within 10 s")
         self.url = f"http://127.0.0.1:{self.port}/"
 
-    def requests(self) -> list[tuple[str, str, int, int, int]]:
-        """Every request so far, in order, from the access log: (method, path, status, bytes in, bytes out)."""
+    def requests(self, at_least: int = 0, wait: float = 10.0) -> list[tuple[str, str, int, int, int]]:
+        """Every request so far, in order, from the access log: (method, path, status, bytes in, bytes out). nginx
+        logs a request when it has ended, a moment after the client has its answer: with `at_least`, wait up to
+        `wait` seconds for that many."""
         log = self.folder / "access.log"
-        found = []
-        for line in (log.read_text().splitlines() if log.exists() else []):
-            method, path, status, bytes_in, bytes_out = line.split()
-            found.append((method, path, int(status), int(bytes_in), int(bytes_out)))
-        return found
+        deadline = time.monotonic() + wait
+        while True:
+            found = []
+            for line in (log.read_text().splitlines() if log.exists() else []):
+                method, path, status, bytes_in, bytes_out = line.split()
+                found.append((method, path, int(status), int(bytes_in), int(bytes_out)))
+            if len(found) >= at_least or time.monotonic() > deadline:
+                return found
+            time.sleep(0.05)
 
     def traffic(self) -> dict:
         """Requests and bytes by method, from the access log: {"GET": {"requests", "hits", "bytes_out"}, ...}."""
