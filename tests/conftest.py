@@ -49,6 +49,18 @@ class Project:
         spec.write_text(text)
         return spec
 
+    def add_windowed(self) -> Path:
+        """tests/fixtures/windowed.toml ([windows] of one graph at 16, 32, 64 frames) in models/, with its model code
+        and a seeded checkpoint, sha256 pinned."""
+        models = self.root / "models"
+        shutil.copy(FIXTURES / "windowed.py", models / "windowed.py")
+        ckpt = models / "windowed.pt"
+        subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(models)!r}); import windowed; "
+                        f"windowed.make_checkpoint({str(ckpt)!r})"], check=True)
+        spec = models / "windowed.toml"
+        spec.write_text((FIXTURES / "windowed.toml").read_text().replace("@SHA256@", sha256(ckpt)))
+        return spec
+
     def edit(self, rel: str, old: str, new: str) -> None:
         path = self.root / rel
         text = path.read_text()

@@ -377,3 +377,39 @@ def test_the_eps_reason_for_each_node_it_leaves_on_the_cpu(tmp_path):
            "y [V:onnxruntime:, x] Validation FAILED for 1 nodes in OrtNodeUnit (Det) :\n"
            "\tOperator type: Det Node name: det Node index: 0\n")
     assert ep.placement_reasons(log) == {"/g1": "Failed to add node.", "/r1": "Failed to add node.", "det": ""}
+
+
+def test_windows_compile_into_one_shared_context_and_ship_with_their_route(project):
+    """[windows]: every window compiled and verified from its own binary, and all of them in one context binary
+    whose weights are stored once (read back: graph count and each graph's renamed I/O), smaller than the windows'
+    own binaries together; the bundle names the windows, their graphs and the route."""
+    project.add_windowed()
+    rc, executed, text = project.run("bundle:windowed@SM8750", "share:windowed@SM8750")
+    assert rc == 0, text
+    assert {"verify:windowed@SM8750", "share:windowed@SM8750"} <= set(executed)
+    chip = project.root / "build/windowed/ort-qnn/SM8750"
+    shared = json.loads((chip / "shared.json").read_text())
+    assert sorted(g["inputs"][0] for g in shared["graphs"]) == ["x__net", "x__net_16f", "x__net_32f"]
+    assert shared["bytes"] < shared["separate_total"], shared   # the weights once, not three times
+    assert shared["simulated"] is False
+    assert (chip / "shared/net_qnn.bin").stat().st_size == shared["bytes"]
+    verify = json.loads((chip / "verify.json").read_text())
+    assert set(verify["tensors"]) == {"net", "net_16f", "net_32f"} and verify["status"] == "passed"
+    manifest = json.loads((chip / "manifest.json").read_text())
+    assert manifest["windows"]["graphs"] == {"16": {"net": "net_16f"}, "32": {"net": "net_32f"}, "64": {"net": "net"}}
+    assert manifest["shared_context"]["record"]["bytes"] == shared["bytes"]
+    record = json.loads((chip / "bundle.json").read_text())
+    with tarfile.open(project.root / record["bundles"]["onnxruntime"]["file"]) as tar:
+        top = record["bundles"]["onnxruntime"]["top"]
+        info = tar.extractfile(f"{top}/info.txt").read().decode()
+        readme = tar.extractfile(f"{top}/README.md").read().decode()
+        shipped = {m.name.split("/", 1)[1] for m in tar.getmembers() if "/" in m.name}
+    assert "windows=16f,32f,64f\n" in info and "windows_routed=16f,64f\n" in info
+    assert "window_graphs=16f:net_16f;64f:net\n" in info and "graphs=net,net_16f\n" in info
+    assert "| 32f | `net_32f` | no, not shipped: not in the spec's route |" in readme
+    assert {"net_16f.onnx", "net_16f_qnn.bin", "net.onnx", "net_qnn.bin"} <= shipped   # the routed windows only
+    assert not {"net_32f.onnx", "net_32f_qnn.bin"} & shipped
+    assert record["bundles"]["onnxruntime"]["windows"] == {"routed": [16, 64],
+                                                           "not_shipped": {"32": "not in the spec's route"}}
+    rc, executed, _ = project.run("bundle:windowed@SM8750", "share:windowed@SM8750")
+    assert rc == 0 and executed == []

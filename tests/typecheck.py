@@ -22,7 +22,9 @@ CLEAN = ("toolchain/spec/", "toolchain/artifacts.py", "toolchain/backends/base.p
          "toolchain/stages/diagnose.py", "toolchain/stages/inspect.py", "toolchain/stages/report.py",
          "toolchain/stages/report_html.py", "toolchain/stages/rewrite.py", "toolchain/stages/simplify.py",
          "toolchain/deploy/bundle.py", "toolchain/deploy/runtime_libs.py", "toolchain/deploy/sherpa.py",
-         "toolchain/deploy/sherpa_run.py", "toolchain/deploy/tarball.py")
+         "toolchain/deploy/sherpa_run.py", "toolchain/deploy/tarball.py",
+         # 0.12.0: the windows' shared context
+         "toolchain/backends/ort_qnn/share.py")
 BUDGET = 51   # findings allowed in the other modules (0.9.0: 104 in all, 35 of them in CLEAN; 0.10.0: 72)
 FINDING = re.compile(r"^(toolchain/\S+?\.py):\d+: error: ")
 

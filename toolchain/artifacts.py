@@ -114,6 +114,19 @@ def compile_record(model, graph, chip) -> str:
     return f"{chip_dir(model, chip)}/{graph.name}.compile.json"
 
 
+def shared_dir(model, chip) -> str:
+    """A model's window graphs in one context binary whose weights are stored once (backends/ort_qnn/share.py)."""
+    return f"{chip_dir(model, chip)}/shared"
+
+
+def shared_record(model, chip) -> str:
+    return f"{chip_dir(model, chip)}/shared.json"
+
+
+def shared_log(model, chip) -> str:
+    return f"{chip_dir(model, chip)}/shared.log"
+
+
 def verified(model, chip, tier: str = "default") -> str:
     return (f"{chip_dir(model, chip)}/verify.json" if tier == "default"
             else f"{chip_dir(model, chip)}/verify-{tier}.json")

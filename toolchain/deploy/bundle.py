@@ -17,6 +17,8 @@ from toolchain.errors import StageFailed
 from toolchain.qnn import compat
 from toolchain.shared import modeldata
 from toolchain.shared.iorecord import io_record
+from toolchain.spec.table import plain
+from toolchain.spec.windows import by_size, routed
 
 if TYPE_CHECKING:   # annotations only: the project imports every stage
     from toolchain.project import Project
@@ -55,7 +57,15 @@ def tasks(project: Project):
                   "ort_out": None if p["ort_reason"] else artifacts.ort_bundle(model, chip),
                   "sherpa_out": None if p["sherpa_reasons"] else artifacts.sherpa_bundle(model, chip),
                   "out": artifacts.bundle_record(model, chip)}
+        deps = []
+        if model.windows:   # the loop's windows; "auto" routing reads parity's record (spec/windows.py routed())
+            kwargs["windows"] = {"record": plain(model.windows), "graphs": by_size(model.windows),
+                                 "parity": artifacts.parity(model) if model.windows["route"] == "auto" else None}
+            deps = [kwargs["windows"]["parity"]] if kwargs["windows"]["parity"] else []
         shipped = [k for k in ("ort_out", "sherpa_out") if kwargs[k]]
+        settings = {"format": FORMAT, "plan": p, "chip": chip.record(), "bundles": [kwargs[k] for k in shipped]}
+        if model.windows:
+            settings["windows"] = kwargs["windows"]["record"]
         log = artifacts.bundle_log(model, chip)
         yield {"name": f"{model.name}@{chip.tag}",
                "doc": f"{model.name} on {chip.tag}: phone bundles "
@@ -63,15 +73,14 @@ def tasks(project: Project):
                       + ("" if kwargs["sherpa_out"] else " [no sherpa-onnx bundle: see bundle.json]"),
                "file_dep": [kwargs["manifest"], kwargs["runtime"], *model.code_files,
                             *[p for g in graphs.values() for p in g.values() if p],
-                            *project.data_files(model)],
+                            *project.data_files(model), *deps],
                "targets": [kwargs["out"], log] + [kwargs[k] for k in shipped], "clean": True,
                "actions": [(run, (build, kwargs, log))],
-               "uptodate": [config_changed({"format": FORMAT, "plan": p, "chip": chip.record(),
-                                            "bundles": [kwargs[k] for k in shipped]})]}
+               "uptodate": [config_changed(settings)]}
 
 
 def build(model, chip, toolchain, graphs, manifest, runtime, module_file, data_dir, plan, ort_out, sherpa_out, out,
-          io=None):
+          io=None, windows=None):
     """Check the binaries against the manifest, then write the bundles and the record."""
     man, libs = read_json(manifest), read_json(runtime)
     for g, b in man["binaries"].items():   # never ship a binary that changed after it was verified
@@ -82,19 +91,29 @@ def build(model, chip, toolchain, graphs, manifest, runtime, module_file, data_d
               "runtime-libraries.json": (json.dumps(libs, indent=2, sort_keys=True) + "\n").encode()}
     if plan["tokens"]:
         common["tokens.txt"] = _tokens(module_file, io)
+    if windows:   # sizes come back as strings from the step's JSON kwargs
+        windows = {**windows, "graphs": {int(s): g for s, g in windows["graphs"].items()}}
     record = {"qnn_runtime": compat.requirement(man["sdk"]["build_id"]),
               "model": model, "chip": chip["name"], "soc_model": chip["soc_model"], "htp_arch": f"v{chip['htp_arch']}",
               "toolchain": toolchain, "sdk_build_id": man["sdk"]["build_id"], "license": man["license"],
               "runtime_libraries": {k: libs[k] for k in ("family", "available", "app_must_ship", "license")},
               "bundles": {}}
     if ort_out:
-        members = {**common, "info.txt": _info(man, list(graphs)).encode(),
-                   "README.md": (ORT_README + state_readme(man.get("state_contract", {}))).encode(),
+        route = window_route(windows) if windows else None
+        # a window the loop never picks is not shipped: its graphs would only weigh on the app
+        left_out = {g for s in (route[1] if route else {}) for g in windows["graphs"][s].values()}
+        shipped = {g: files for g, files in graphs.items() if g not in left_out}
+        members = {**common, "info.txt": (_info(man, list(shipped)) + window_info(windows, route)).encode(),
+                   "README.md": (ORT_README + state_readme(man.get("state_contract", {}))
+                                 + window_readme(windows, route)).encode(),
                    "manifest.json": manifest, **{f"test_data/{k}": v for k, v in data.items()}}
-        for g, files in graphs.items():
+        for g, files in shipped.items():
             _check_epcontext(files["context"], Path(files["binary"]).name)
             members[f"{g}.onnx"], members[Path(files["binary"]).name] = files["context"], files["binary"]
         record["bundles"]["onnxruntime"] = _write(ort_out, members)
+        if route:
+            record["bundles"]["onnxruntime"]["windows"] = {"routed": route[0],
+                                                           "not_shipped": {str(s): why for s, why in route[1].items()}}
     else:
         record["bundles"]["onnxruntime"] = {"shipped": False, "reason": plan["ort_reason"]}
     if sherpa_out:
@@ -164,6 +183,39 @@ def _info(man: dict, order: list[str], sherpa_apps: bool = False) -> str:
         fields[f"state_initial_{g}"] = c["initial"]
         fields[f"stream_{g}"] = ",".join(f"{k}={v}" for k, v in c["stream"].items())
     return "".join(f"{k}={v}\n" for k, v in fields.items())
+
+
+def window_route(windows: dict) -> tuple[list[int], dict[int, str]]:
+    task = read_json(windows["parity"]).get("task") if windows["parity"] else None
+    return routed(windows["record"], task)
+
+
+def window_info(windows: dict | None, route: tuple | None) -> str:
+    """info.txt lines of a model with [windows]: the windows, their graphs, which the loop picks, and the rule."""
+    if not windows or route is None:
+        return ""
+    unit = windows["record"]["unit"]
+    fields = {"windows": ",".join(f"{s}{unit}" for s in windows["graphs"]),
+              "window_graphs": ";".join(f"{s}{unit}:{'+'.join(g.values())}" for s, g in windows["graphs"].items()
+                                        if s in route[0]),
+              "windows_routed": ",".join(f"{s}{unit}" for s in route[0]),
+              "window_rule": "the smallest routed window that holds the input, padded inside it; longer: the largest"}
+    return "".join(f"{k}={v}\n" for k, v in fields.items())
+
+
+def window_readme(windows: dict | None, route: tuple | None) -> str:
+    if not windows or route is None:
+        return ""
+    unit, largest = windows["record"]["unit"], max(windows["graphs"])
+    rows = "".join(f"| {s}{unit} | {', '.join(f'`{g}`' for g in graphs.values())} | "
+                   f"{'yes' if s in route[0] else 'no, not shipped: ' + route[1][s]} |\n"
+                   for s, graphs in windows["graphs"].items())
+    return (f"\n## Windows: one graph pair per input length\n\nPick the smallest *routed* window that holds the input "
+            f"and pad inside it as at {largest}{unit}; an input longer than every window goes to the {largest}{unit} "
+            f"one. Every window was verified on the HTP simulator against the CPU at its own length.\n\n"
+            f"| window | graphs | routed |\n|---|---|---|\n{rows}\nThe same windows, weights stored once, are "
+            f"built as one context binary per chip (`build/.../shared/`, `shared.json`) but not shipped here: the x86 "
+            f"HTP simulator cannot load a shared-weights context, so that binary is read back, not verified.\n")
 
 
 def license_text(man: dict) -> str:

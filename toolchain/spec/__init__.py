@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.errors import SpecError
+from toolchain.spec import windows
 from toolchain.spec.graphs import graph as _graph
 from toolchain.spec.records import (
     ANDROID_LIBS,
@@ -100,6 +101,10 @@ def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
     verify_settings = _verify(verify_table, chip_names, data_dir)
     metric = _metric(top.sub("metric", required=False))
     graphs = _graphs(top, checkpoint, chip_names, chips, here)
+    windows_record = Settings(())
+    if "windows" in data:   # each window a graph of its own, after the declared ones (spec/windows.py)
+        windows_record, copies = windows.windows(top.sub("windows"), graphs)
+        graphs += copies
     given_only = checkpoint is None and all(g.source and g.source[0] == "onnx" for g in graphs)
     parity_settings = _parity(parity_table, given_only)
 
@@ -115,7 +120,7 @@ def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
                  toolchain=toolchain, chips=chip_names, checkpoint=checkpoint, data_dir=data_dir,
                  export=Settings(export_settings), compile=Settings(compile_settings),
                  parity=Settings(parity_settings), verify=Settings(verify_settings), metric=metric, graphs=graphs,
-                 verify_written=verify_written)
+                 verify_written=verify_written, windows=windows_record)
 
 
 def _code(top: Table, here: Path) -> tuple:

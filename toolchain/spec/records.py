@@ -88,6 +88,7 @@ class Model:
     requires: Settings = Settings(())   # the model code's own packages: {requirement as written: installed version}
     qairt: tuple[str, ...] = ()   # the QAIRT families it builds, resolved by project.py; () = the build's own only
     verify_written: tuple[str, ...] = ()   # the [verify] bounds the spec writes (the others are defaults)
+    windows: Settings = Settings(())   # [windows]: sizes, unit, graphs, axes (spec/windows.py); () = none
     backend: Backend = None  # type: ignore[assignment]  # the compiler, set by project.py (None until then)
 
     @property

@@ -16,6 +16,7 @@ from toolchain.engine import versions
 from toolchain.engine.files import atomic_path, sha256, write_json
 from toolchain.engine.worker import load_module, run
 from toolchain.errors import StageFailed
+from toolchain.shared import modeldata
 from toolchain.shared.iorecord import io_record
 
 if TYPE_CHECKING:   # annotations only: the project imports every stage
@@ -39,7 +40,8 @@ def tasks(project: Project):
             if model.requires:   # the model code's own packages: a new version exports again
                 settings["requires"] = dict(model.requires)
             kwargs = {"module_file": model.module_file, "checkpoint": artifacts.checkpoint(model),
-                      "graph": graph.name, "settings": settings_export, "out": out, "record": record}
+                      "graph": graph.name, "settings": settings_export, "out": out, "record": record,
+                      "io": {graph.name: settings["io"]}}
             yield {"name": f"{model.name}/{graph.name}",
                    "doc": f"{model.name}/{graph.name}: checkpoint -> ONNX ({settings_export['exporter']}, "
                           f"opset {settings_export['opset']}), batch 1, static shapes",
@@ -87,7 +89,7 @@ def _external_task(model, graph, out: str, record: str, log: str) -> dict:
             "actions": [(run, (action, kwargs, log))], "uptodate": [config_changed(settings)]}
 
 
-def export(module_file: str, checkpoint: str, graph: str, settings: dict, out: str, record: str):
+def export(module_file: str, checkpoint: str, graph: str, settings: dict, out: str, record: str, io: dict):
     module = load_module(module_file)
     if not callable(getattr(module, "export", None)):
         raise StageFailed(f"{module_file}: no export(checkpoint, graph, out, settings) function, which the "
@@ -95,7 +97,8 @@ def export(module_file: str, checkpoint: str, graph: str, settings: dict, out: s
     started = time.monotonic()
     with atomic_path(out) as tmp:
         try:
-            module.export(checkpoint, graph, str(tmp), settings)
+            # an export(..., io) gets the graph's declared interface (a window's cut shapes: spec/windows.py)
+            modeldata.with_io(module.export, io)(checkpoint, graph, str(tmp), settings)
         except ValueError as err:   # the model code refusing its settings or checkpoint: one line, no frames
             raise StageFailed(f"{module_file}: export of graph '{graph}': {err}") from None
         except Exception as err:   # e.g. torch.load of a file that is not what the code expects

@@ -11,6 +11,7 @@ from toolchain.engine.worker import in_process
 from toolchain.errors import StageFailed
 from toolchain.qnn import compat
 from toolchain.spec.table import plain
+from toolchain.spec.windows import by_size
 from toolchain.stages import parity, simplify, stream
 
 if TYPE_CHECKING:   # annotations only: the project imports every stage
@@ -43,6 +44,9 @@ def tasks(project: Project):
         checks = {g.name: plain(g.checks) for g in model.graphs if g.checks}
         if checks:   # per-output checks as declared, with the reason an output is judged by the metric
             meta["output_checks"] = checks
+        if model.windows:   # which graphs run each input length, for the bundle's loop and the report
+            meta["windows"] = {"unit": model.windows["unit"], "route": plain(model.windows["route"]),
+                               "graphs": {str(s): g for s, g in by_size(model.windows).items()}}
         out = artifacts.manifest(model, chip)
         yield {"name": f"{model.name}@{chip.tag}",
                "doc": f"{model.name} on {chip.tag}: manifest (chip, SDK build id, checksums, numbers)",

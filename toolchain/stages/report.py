@@ -73,7 +73,7 @@ def cost_rows(manifests: list[dict], runs: dict) -> list[list[str]]:
     """Per encoder/decoder model and chip: I/O volume per call, sizes, and the runtime loop's timings."""
     rows = []
     for m in manifests:
-        if set(m["graphs"]) != {"encoder", "decoder"}:
+        if not {"encoder", "decoder"} <= set(m["graphs"]):   # a model with windows: its 30 s pair here
             continue
         run = runs.get((m["model"], m["chip"]["name"]))
 
@@ -119,6 +119,37 @@ def stream_rows(manifests: list[dict]) -> list[list[str]]:
     return rows
 
 
+WINDOWS = ("model", "chip", "window", "graphs", "binaries MB (enc / dec)", "I/O MB per call (enc / dec)",
+           "sim s per call (enc / dec)", "simulator vs CPU", "as at the largest window (simulator)")
+
+
+def window_rows(manifests: list[dict]) -> list[list[str]]:
+    """Per [windows] model, chip and window: sizes, data moved, simulator time, and the task metric against the CPU
+    at the same window and against the largest window (the verify record's "windows" rows from agree()); then the
+    shared context against the windows' own binaries."""
+    rows = []
+    for m in manifests:
+        windows = m.get("windows")
+        if not windows:
+            continue
+        task = m["verify"]["default"].get("task", {}).get("windows", {})
+        for size, graphs in windows["graphs"].items():
+            pair = list(graphs.values())
+            row = task.get(size, {})
+            mb = " / ".join(f"{m['binaries'][g]['bytes'] / 1e6:.1f}" for g in pair)
+            io = " / ".join(f"{manifest.io_bytes(m['graphs'][g]['io']) / 1e6:.1f}" for g in pair)
+            sim = " / ".join(_per_call(m, g, 2) for g in pair)
+            same = f"{row['same_as_30s']}/{len(row.get('clips', []))}" if "same_as_30s" in row else "-"
+            rows.append([m["model"], m["chip"]["name"], f"{size}{windows['unit']}", ", ".join(pair), mb, io, sim,
+                         row.get("summary", "(largest)" if not row else "-").split(";")[0], same])
+        shared = m.get("shared_context", {}).get("record")
+        if shared:
+            rows.append([m["model"], m["chip"]["name"], "all, one context", f"{len(shared['graphs'])} graphs",
+                         f"{shared['bytes'] / 1e6:.1f} (separately {shared['separate_total'] / 1e6:.1f})", "-", "-",
+                         "not simulated (the simulator cannot load shared weights)", "-"])
+    return rows
+
+
 QNN = ("model", "graph", "QNN graph nodes", "ops by type (the EP's HTP lowering)", "tensors", "weights MB")
 
 
@@ -154,6 +185,10 @@ def write(manifests: list[str], out: str, runs: tuple[str, ...] | list[str] = ()
     if streams:
         text += ("\n## Stateful graphs: cost per call and drift (each backend feeding back its own state)\n\n"
                  + table(streams, STREAM))
+    windows = window_rows(records)
+    if windows:
+        text += ("\n## Windows (one graph pair per input length; docs/whisper-windows.md)\n\n"
+                 + table(windows, WINDOWS))
     graphs = qnn_rows(records)
     if graphs:
         text += "\n## QNN graphs (convert: what each graph became on the NPU)\n\n" + table(graphs, QNN)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from toolchain import artifacts
 from toolchain.backends import base
-from toolchain.backends.ort_qnn import compile, convert, ep, families, familyrun, modellib, oracle, quantize
+from toolchain.backends.ort_qnn import compile, convert, ep, families, familyrun, modellib, oracle, quantize, share
 from toolchain.engine.options import Options
 from toolchain.errors import SpecError
 from toolchain.shared.iorecord import io_record
@@ -34,6 +34,9 @@ class Backend(base.Backend):
               Stage("compile", compile.tasks, "Model library -> HTP context binary + EPContext ONNX (libQnnHtp.so "
                     "with the chip's settings), per graph and chip; ort-qnn.", "graph@chip", memory_gb=1.0),
               # a Whisper compile peaks at 0.9 GB
+              Stage("share", share.tasks, "A model's [windows] graphs in one context binary per chip, weights stored "
+                    "once (EP share_ep_contexts), read back; ort-qnn.", "model@chip", memory_gb=2.5),
+              # tiny.en's six window graphs in one process peak at 2.1 GB (docs/whisper-windows.md)
               Stage("oracle", oracle.tasks, "The route's binary == the EP's direct compile, byte for byte, per graph "
                     "and chip; ort-qnn, on demand.", "graph@chip", default=False, memory_gb=1.0))
 
@@ -123,7 +126,10 @@ class Backend(base.Backend):
         """What each graph became on the NPU (QNN op counts, weight bytes), from its convert record."""
         routed = {g.name: artifacts.stage_record(model, g, "convert", family=chip.family)
                   for g in model.graphs if ep.uses_route(g)}
-        return {"qnn_graph": routed} if routed else {}
+        found = {"qnn_graph": routed} if routed else {}
+        if model.windows and not chip.family:   # the windows' shared context (share.py): its size and read-back
+            found["shared_context"] = {"record": artifacts.shared_record(model, chip)}
+        return found
 
 
 def _family(chip):

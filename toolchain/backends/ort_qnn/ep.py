@@ -157,6 +157,11 @@ def compile(src: str, out_model: str, options: dict) -> dict:
     return {"seconds": round(time.monotonic() - started, 3), "binary": str(out.with_name(binary.name))}
 
 
+def compile_shared(src: str, options: dict, config: dict) -> None:
+    """One graph of a shared context (share.py): `config` carries the context file path and the sharing options."""
+    _checked_session(src, options, {"ep.context_enable": "1", "ep.context_embed_mode": "0", **config}, "compile")
+
+
 def lower(src: str, options: dict) -> None:
     """Create (and drop) an EP session on `src` with CPU fallback disabled and no context output: with
     `qnn_saver_path` in `options` the QNN Saver records the EP's HTP lowering in ./saver_output/ (convert.py)."""
