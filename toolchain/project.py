@@ -3,7 +3,6 @@ The one place that joins the wings: spec records get their backend here, checked
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,6 +109,7 @@ def with_backends(models, chips: dict, options: Options) -> tuple:
     for model in models:
         name = auto[0] if auto and model.toolchain == AUTO else model.toolchain
         if name not in backends.REGISTRY:
+            import difflib  # for an error's suggestion only: not at every load
             close = difflib.get_close_matches(name, backends.REGISTRY, n=1)
             hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join([*backends.REGISTRY, AUTO])}"
             raise SpecError(f"{model.spec_file}: toolchain: unknown compiler {name!r}; {hint}")

@@ -2,17 +2,22 @@
 from __future__ import annotations
 
 import io
-import tarfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from toolchain.engine.files import atomic_path
 
+if TYPE_CHECKING:
+    import tarfile
+
 MTIME = 0            # no build time in the archive: two builds of the same inputs compare equal
 FILE_MODE, DIR_MODE = 0o644, 0o755
+# tarfile is imported where used: doit's own process loads this module at every run, which writes no bundle
 
 
 def write(out: str | Path, top: str, members: dict[str, str | Path | bytes]) -> None:
     """Write `out` atomically: `top`/<name> for each member, a file path or bytes, in sorted order."""
+    import tarfile
     with atomic_path(out) as tmp:
         # bz2 has no timestamp of its own and compresses deterministically at a fixed level.
         with tarfile.open(tmp, "w:bz2", compresslevel=9, format=tarfile.GNU_FORMAT) as tar:
@@ -30,12 +35,14 @@ def write(out: str | Path, top: str, members: dict[str, str | Path | bytes]) -> 
 
 def names(path: str | Path) -> list[str]:
     """Member names of a bundle, in archive order."""
+    import tarfile
     with tarfile.open(path, "r:bz2") as tar:
         return tar.getnames()
 
 
 def extract(path: str | Path, into: str | Path) -> Path:
     """Unpack a bundle (refusing links and paths outside `into`); returns its top folder."""
+    import tarfile
     with tarfile.open(path, "r:bz2") as tar:
         tar.extractall(into, filter="data")
         top = tar.getnames()[0].split("/")[0]
@@ -51,6 +58,7 @@ def _folders(top: str, members) -> list[str]:
 
 
 def _info(name: str, kind: bytes, size: int, mode: int) -> tarfile.TarInfo:
+    import tarfile
     info = tarfile.TarInfo(name)
     info.type, info.size, info.mode, info.mtime = kind, size, mode, MTIME
     info.uid = info.gid = 0

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import hashlib
 import json
 import os
@@ -116,13 +117,19 @@ TEMP = (".*.tmp", ".tmp-*")   # what atomic_path / atomic_dir leave behind when 
 
 
 def sweep(folder: str | Path) -> list[str]:
-    """Remove the temp files and folders killed steps left under `folder`; returns what went."""
+    """Remove the temp files and folders killed steps left under `folder`; returns what went. One walk of the
+    tree (it runs at every load: a pathlib glob per pattern took 3x as long)."""
     gone = []
-    for pattern in TEMP:
-        for item in Path(folder).rglob(pattern):
-            if item.is_dir():
-                shutil.rmtree(item, ignore_errors=True)
-            elif item.exists():
-                item.unlink(missing_ok=True)
-            gone.append(str(item))
+    for top, dirs, names in os.walk(folder):
+        for name in [n for n in dirs if _temp(n)]:
+            dirs.remove(name)
+            shutil.rmtree(os.path.join(top, name), ignore_errors=True)
+            gone.append(os.path.join(top, name))
+        for name in [n for n in names if _temp(n)]:
+            Path(top, name).unlink(missing_ok=True)
+            gone.append(os.path.join(top, name))
     return gone
+
+
+def _temp(name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in TEMP)

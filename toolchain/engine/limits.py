@@ -6,7 +6,6 @@ each task as task.meta["slots"]."""
 from __future__ import annotations
 
 import contextlib
-import difflib
 import fcntl
 import os
 import time
@@ -36,6 +35,7 @@ def parse(text: str, stages) -> dict[str, int]:
         if not stage or not count.isdigit():
             raise ValueError(f"{item!r} is not <stage>:<slots> (example: compile:2,verify:1)")
         if stage not in stages:
+            import difflib  # for an error's suggestion only: not at every load
             close = difflib.get_close_matches(stage, stages, n=1)
             hint = f"did you mean '{close[0]}'?" if close else f"stages: {', '.join(stages)}"
             raise ValueError(f"{item!r}: no stage {stage!r}; {hint}")

@@ -8,7 +8,6 @@ given. One error for a bad value: OptionError, one `ERROR:` line naming the vari
 """
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -72,6 +71,7 @@ def resolve(table: Iterable[Option], given: Mapping[str, str], environ: Mapping[
     variables = [r.name for r in rows if r.variable]
     for name, value in given.items():
         if name not in variables:
+            import difflib  # for an error's suggestion only: not at every load
             close = difflib.get_close_matches(name, variables, n=1)
             hint = f"did you mean {close[0]}=?" if close else f"known: {', '.join(variables)}"
             raise OptionError(f"command line: unknown variable {name}={value}; {hint}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import threading
 
 from doit.exceptions import TaskFailed
@@ -69,9 +70,12 @@ def intact(task, values, rehash: bool = False) -> bool:
         return True
     updates = []
     for path in task.targets:
-        if not os.path.isfile(path):
-            continue   # doit itself reruns a task whose target is missing; a folder target is not recorded
-        st = os.stat(path)
+        try:
+            st = os.stat(path)   # one stat a target (os.path.isfile first was a second)
+        except OSError:
+            continue   # doit itself reruns a task whose target is missing
+        if not stat.S_ISREG(st.st_mode):
+            continue   # a folder target is not recorded
         size, mtime = st.st_size, st.st_mtime_ns
         if path not in known:
             sha = files.sha256(path)

@@ -13,7 +13,17 @@ NotInstalled = metadata.PackageNotFoundError
 @functools.cache
 def version(distribution: str) -> str:
     """The installed version (NotInstalled if it is not)."""
-    return metadata.version(distribution)
+    return of(metadata.distribution(distribution))
+
+
+def of(dist: metadata.Distribution) -> str:
+    """dist.version, read from the metadata's header block alone: dist.version parses the whole file as an e-mail
+    message, long description and all (~1 ms a package; six at each load)."""
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+    for line in text.partition("\n\n")[0].splitlines():
+        if line.startswith("Version:"):
+            return line.removeprefix("Version:").strip()
+    return dist.version
 
 
 @functools.cache

@@ -4,7 +4,6 @@ rounding on the CPU); the docstring of each `apply` says when the HTP needs it a
 the wheel's onnxruntime-qnn 2.7.0, its EP log or its x86 simulator)."""
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -44,6 +43,7 @@ def problems(declared) -> str:
         return f"expected \"auto\" or a list of rewrite names ({', '.join(known)}), got {declared!r}"
     for name in declared:
         if name not in known:
+            import difflib  # for an error's suggestion only: not at every load
             close = difflib.get_close_matches(name, known, n=1)
             return f"unknown rewrite {name!r}; " + (f"did you mean {close[0]!r}?" if close else
                                                      f"known: {', '.join(known)}")

@@ -3,7 +3,6 @@ This module reads a spec file and its model-wide tables; records.py holds the re
 with its errors, graphs.py the [graphs.<g>] tables, sources.py checkpoints, packages and given ONNX."""
 from __future__ import annotations
 
-import difflib
 import math
 import re
 import tomllib
@@ -146,6 +145,7 @@ def _chips(top: Table, chips: dict) -> tuple[str, ...]:
             top.fail("chips", f"expected chip ids (strings) like \"SM8750\", got {chip!r}")
     for chip in chip_names:
         if chip not in chips:
+            import difflib  # for an error's suggestion only: not at every load
             close = difflib.get_close_matches(str(chip), chips, n=1)
             hint = f"did you mean '{close[0]}'?" if close else f"known chips: {', '.join(chips)}"
             top.fail("chips", f"unknown chip {chip!r}; {hint}")

@@ -2,7 +2,6 @@
 and the read-only Settings records are made of."""
 from __future__ import annotations
 
-import difflib
 import json
 import math
 from collections.abc import Mapping
@@ -86,6 +85,7 @@ class Table:
         """Reject unknown keys (a typo must not be silently ignored)."""
         for key in self.data:
             if key not in self.used:
+                import difflib  # for an error's suggestion only: not at every load
                 close = difflib.get_close_matches(key, self.used, n=1)
                 hint = f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(sorted(self.used))}"
                 self.fail(key, f"unknown key{hint}")

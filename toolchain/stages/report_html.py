@@ -5,12 +5,19 @@ nothing fetched."""
 from __future__ import annotations
 
 import math
-from html import escape
 from typing import cast
 
 from toolchain.engine.files import atomic_path, read_json
 from toolchain.shared import measures
 from toolchain.stages import families as family_table
+
+
+def escape(text: str) -> str:
+    """html.escape, imported on the first call: doit's own process loads this module at every run, and html's
+    import (its entity table) cost more than the rest of the module."""
+    from html import escape as html_escape
+    return html_escape(text)
+
 
 WITHIN, OVER, METRIC, COST = "#2a7d2e", "#c0392b", "#999", "#2c6fbb"   # bar colours
 CSS = f"""body{{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222}}

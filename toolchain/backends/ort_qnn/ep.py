@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import difflib
 import functools
 import mmap
 import os
@@ -117,6 +116,7 @@ def option_problems(declared) -> list[tuple[str, str]]:
         if name in MANAGED:
             found.append((name, f"set by {MANAGED[name]}, not per graph"))
         elif name not in EP_OPTIONS:
+            import difflib  # for an error's suggestion only: not at every load
             close = difflib.get_close_matches(name, EP_OPTIONS, n=1)
             hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(sorted(EP_OPTIONS))}"
             found.append((name, f"not an option of the QNN EP; {hint}"))

@@ -2,7 +2,6 @@
 layout is qnn/sdk.py's (the phone reads it too)."""
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import shutil
@@ -81,6 +80,7 @@ def converter_arg_problems(args) -> list[str]:
         if arg in CONVERTER_MANAGED:
             found.append(f"{arg} is set by the build (the graph's ONNX, outputs and calibration list)")
         elif arg not in CONVERTER_FLAGS:
+            import difflib  # for an error's suggestion only: not at every load
             close = difflib.get_close_matches(arg, CONVERTER_FLAGS, n=1)
             found.append(f"{arg}: not a qnn-onnx-converter flag" + (f"; did you mean '{close[0]}'?" if close else ""))
         else:
