@@ -413,3 +413,8 @@ def test_windows_compile_into_one_shared_context_and_ship_with_their_route(proje
                                                            "not_shipped": {"32": "not in the spec's route"}}
     rc, executed, _ = project.run("bundle:windowed@SM8750", "share:windowed@SM8750")
     assert rc == 0 and executed == []
+    rc, _, text = project.run("report")
+    assert rc == 0, text
+    table = (project.root / "build/report.md").read_text().split("## Windows")[1].split("\n## ")[0]
+    rows = [line.split(" | ")[2:4] for line in table.splitlines() if line.startswith("| windowed | SM8750 |")]
+    assert rows == [["16f", "net_16f"], ["32f", "net_32f"], ["64f", "net"], ["all, one context", "3 graphs"]]

@@ -119,8 +119,8 @@ def stream_rows(manifests: list[dict]) -> list[list[str]]:
     return rows
 
 
-WINDOWS = ("model", "chip", "window", "graphs", "binaries MB (enc / dec)", "I/O MB per call (enc / dec)",
-           "sim s per call (enc / dec)", "simulator vs CPU", "as at the largest window (simulator)")
+WINDOWS = ("model", "chip", "window", "graphs", "binaries MB (each graph)", "I/O MB per call (each graph)",
+           "sim s per call (each graph)", "simulator vs CPU", "as at the largest window (simulator)")
 
 
 def window_rows(manifests: list[dict]) -> list[list[str]]:
@@ -133,7 +133,7 @@ def window_rows(manifests: list[dict]) -> list[list[str]]:
         if not windows:
             continue
         task = m["verify"]["default"].get("task", {}).get("windows", {})
-        for size, graphs in windows["graphs"].items():
+        for size, graphs in sorted(windows["graphs"].items(), key=lambda item: int(item[0])):
             pair = list(graphs.values())
             row = task.get(size, {})
             mb = " / ".join(f"{m['binaries'][g]['bytes'] / 1e6:.1f}" for g in pair)
