@@ -60,7 +60,9 @@ def tasks(project: Project):
         deps = []
         if model.windows:   # the loop's windows; "auto" routing reads parity's record (spec/windows.py routed())
             kwargs["windows"] = {"record": plain(model.windows), "graphs": by_size(model.windows),
-                                 "parity": artifacts.parity(model) if model.windows["route"] == "auto" else None}
+                                 # no parity (reference "none"): nothing measured, so only the largest is routed
+                                 "parity": artifacts.parity(model) if model.windows["route"] == "auto"
+                                 and model.parity["reference"] != "none" else None}
             deps = [kwargs["windows"]["parity"]] if kwargs["windows"]["parity"] else []
         shipped = [k for k in ("ort_out", "sherpa_out") if kwargs[k]]
         settings = {"format": FORMAT, "plan": p, "chip": chip.record(), "bundles": [kwargs[k] for k in shipped]}
