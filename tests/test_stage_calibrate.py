@@ -108,6 +108,39 @@ def test_calibration_never_uses_the_default_tier_verify_samples(tmp_path):
         calibrate.write(*args, 1, str(tmp_path / "cal"), "onnx", ["s1", "s2", "s3"])
 
 
+def test_a_window_copy_is_calibrated_from_the_interface_or_named_when_the_code_cannot(tmp_path):
+    # A [windows] copy (g_2f: the graph at 2 frames) has no feeds of its own in code written for the declared
+    # graphs: calibration_feeds() that takes `io` finds its shape there; one that does not is named, not a KeyError.
+    import numpy as np
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    from toolchain.errors import StageFailed
+    from toolchain.stages import calibrate
+    onnx_files = {}
+    for name, frames in (("g", 4), ("g_2f", 2)):
+        g = h.make_graph([h.make_node("Identity", ["a"], ["b"])], name,
+                         [h.make_tensor_value_info("a", T.FLOAT, [1, frames])],
+                         [h.make_tensor_value_info("b", T.FLOAT, [1, frames])])
+        onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), tmp_path / f"{name}.onnx")
+        onnx_files[name] = str(tmp_path / f"{name}.onnx")
+    io = {name: {"inputs": [["a", [1, n], "float32"]], "outputs": [["b", [1, n], "float32"]]}
+          for name, n in (("g", 4), ("g_2f", 2))}
+    (tmp_path / "fixed.py").write_text(
+        "import numpy as np\n"
+        "def calibration_feeds(run, sample): return {'g': [{'a': np.ones((1, 4), np.float32)}]}\n")
+    (tmp_path / "windowed.py").write_text(
+        "import numpy as np\n"
+        "def calibration_feeds(run, sample, io):\n"
+        "    return {g: [{'a': np.full(spec['inputs'][0][1], 7, np.float32)}] for g, spec in io.items()}\n")
+    inputs = io["g_2f"]["inputs"]
+    with pytest.raises(StageFailed, match=r"fixed.py: calibration_feeds\(\) returned no inputs for graph 'g_2f'"):
+        calibrate.write(str(tmp_path / "fixed.py"), onnx_files, None, "g_2f", inputs, 1, str(tmp_path / "a"), io=io)
+    calibrate.write(str(tmp_path / "windowed.py"), onnx_files, None, "g_2f", inputs, 1, str(tmp_path / "b"), io=io)
+    (feeds,) = calibrate.read(str(tmp_path / "b"), inputs)
+    assert feeds["a"].shape == (1, 2) and np.all(feeds["a"] == 7)
+
+
 def test_tensor_names_with_a_slash_or_space_make_plain_calibration_file_names():
     from toolchain import artifacts
     assert artifacts.calibration_raw_name(3, "encoder/x 0") == "0003-encoder_x_0.raw"

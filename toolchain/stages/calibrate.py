@@ -21,6 +21,7 @@ from toolchain.engine.worker import load_module, run
 from toolchain.errors import StageFailed
 from toolchain.qnn.layout import native_permutation
 from toolchain.shared import modeldata
+from toolchain.shared.iorecord import io_record
 
 # numpy is imported where used: doit's own process loads this module on every run (tests/test_engine_worker.py)
 if TYPE_CHECKING:   # annotations only: the project imports every stage
@@ -43,7 +44,9 @@ def tasks(project: Project):
             kwargs = {"module_file": model.module_file, "onnx_files": onnx_files, "data_dir": model.data_dir,
                       "graph": graph.name, "inputs": inputs, "count": graph.calibration, "folder": folder,
                       "layout": layout, "held_out": list(model.verify["clips"]),
-                      "field": f"{model.spec_file}: graphs.{graph.name}.calibration"}
+                      "field": f"{model.spec_file}: graphs.{graph.name}.calibration",
+                      # every graph's interface: the model code finds a [windows] copy's window in it
+                      "io": {g.name: io_record(g) for g in model.graphs}}
             yield {"name": f"{model.name}/{graph.name}",
                    "doc": f"{model.name}/{graph.name}: {graph.calibration} real calibration inputs (raw + input list)",
                    "file_dep": [*model.code_files, *onnx_files.values(), *project.data_files(model)],
@@ -59,7 +62,7 @@ def permutation(layout: str, shape: list) -> list[int]:
 
 
 def write(module_file: str, onnx_files: dict, data_dir, graph: str, inputs: list, count: int, folder: str,
-          layout: str = "onnx", held_out: list | tuple = (), field: str = ""):
+          layout: str = "onnx", held_out: list | tuple = (), field: str = "", io: dict | None = None):
     import numpy as np
     module = load_module(module_file)
     cpu = {g: modeldata.cpu(p) for g, p in onnx_files.items()}
@@ -69,11 +72,22 @@ def write(module_file: str, onnx_files: dict, data_dir, graph: str, inputs: list
         raise StageFailed(f"{data_dir}: every sample is a held-out verify clip ({list(held_out)}); "
                           f"calibration needs samples the default verification tier does not check")
     samples = samples or [None]
-    feeds_of = getattr(module, "calibration_feeds", None) or (
-        lambda run, sample: modeldata.feeds(module, run, sample, {graph: {"inputs": inputs}}, count))
+    # graph_feeds() and calibration_feeds() get every graph's interface when they ask for `io` (modeldata.with_io);
+    # generated inputs stay per graph, so their seeded values are the ones this graph always had
+    wanted = io if io and hasattr(module, "graph_feeds") else {graph: {"inputs": inputs}}
+
+    def feeds_of(run, sample) -> dict:
+        if hasattr(module, "calibration_feeds"):
+            return modeldata.with_io(module.calibration_feeds, io or {})(run, sample)
+        return modeldata.feeds(module, run, sample, wanted, count)
     feeds, used = [], []
     for sample in samples:
-        got = feeds_of(lambda g, f: cpu[g](f), sample)[graph]
+        got = feeds_of(lambda g, f: cpu[g](f), sample).get(graph)
+        if got is None:   # e.g. a [windows] copy (encoder_5s) from code that knows only the declared graphs
+            raise StageFailed(f"{module_file}: calibration_feeds() returned no inputs for graph '{graph}'"
+                              + (f" ({field})" if field else "") + ": return them for every w8a16 graph; a "
+                              "[windows] copy's shapes come in `io` when the function takes it "
+                              "(calibration_feeds(run, sample, io))")
         feeds += got
         used += [sample[0] if sample else "generated"] * len(got)
         if len(feeds) >= count:

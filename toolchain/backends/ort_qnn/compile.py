@@ -15,6 +15,7 @@ from toolchain.engine.files import atomic_path, read_json, sha256, write_json
 from toolchain.engine.worker import run
 from toolchain.errors import StageFailed
 from toolchain.qnn import qnnbin
+from toolchain.shared.iorecord import io_record
 from toolchain.stages import parity
 
 if TYPE_CHECKING:   # annotations only: the project imports every stage
@@ -30,8 +31,7 @@ def tasks(project: Project):
         log = artifacts.compile_log(model, graph, chip)
         kwargs = {"out": targets[0], "record": targets[2], "options": options,
                   "chip": chip.record(), "precision": graph.precision,
-                  "io": {"inputs": [[t.name, list(t.shape), t.dtype] for t in graph.inputs],
-                         "outputs": [[t.name, list(t.shape), t.dtype] for t in graph.outputs]}}
+                  "io": io_record(graph)}
         settings = {"options": options, "tool": tool, "chip": chip.record(), "precision": graph.precision,
                     "io": kwargs["io"]}
         if ep.uses_route(graph):

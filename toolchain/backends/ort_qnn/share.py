@@ -24,6 +24,7 @@ from toolchain.engine.files import atomic_dir, read_json, sha256, write_json
 from toolchain.engine.worker import run
 from toolchain.errors import StageFailed
 from toolchain.qnn import qnnbin
+from toolchain.shared.iorecord import io_record
 from toolchain.spec.windows import by_size
 
 if TYPE_CHECKING:   # annotations only: the project imports every stage
@@ -39,8 +40,7 @@ def tasks(project: Project):
         graphs = [g for g in model.graphs if any(g.name in pair.values() for pair in by_size(model.windows).values())]
         sources = {g.name: artifacts.compile_source(model, g) for g in graphs}
         options = {g.name: model.backend.options(model, g, chip) for g in graphs}
-        io = {g.name: {"inputs": [[t.name, list(t.shape), t.dtype] for t in g.inputs],
-                       "outputs": [[t.name, list(t.shape), t.dtype] for t in g.outputs]} for g in graphs}
+        io = {g.name: io_record(g) for g in graphs}
         alone = {g.name: artifacts.compile_record(model, g, chip) for g in graphs}
         out, record = artifacts.shared_dir(model, chip), artifacts.shared_record(model, chip)
         log = artifacts.shared_log(model, chip)
