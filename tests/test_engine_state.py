@@ -188,6 +188,37 @@ def test_an_edit_that_keeps_size_and_mtime_is_seen_by_its_ctime(tmp_path, monkey
     assert not check.check_modified(str(path), os.stat(path), state) and len(calls) == before + 1
 
 
+def test_the_compiler_is_asked_its_version_again_only_when_its_file_changed(tmp_path, monkeypatch):
+    """modellib's settings name the C compiler by `cc --version`: asked once, then recalled by the binary's stamp
+    from build/.stamps.json in later runs; a new compiler file (an upgrade: new inode, ctime) is asked again."""
+    from toolchain.backends.ort_qnn import modellib
+    from toolchain.engine import stamps
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "build").mkdir()
+    monkeypatch.setattr(stamps, "_stores", {})
+    asked = tmp_path / "asked"
+    cc = tmp_path / "cc"
+
+    def install(version: str) -> None:
+        fresh = tmp_path / "cc.new"
+        fresh.write_text(f"#!/bin/sh\necho x >> {asked}\necho '{version}'\n")
+        fresh.chmod(0o755)
+        os.replace(fresh, cc)
+
+    def new_run() -> str:   # a later doit: the in-process cache is gone, the stamps file is read again
+        stamps.save()
+        monkeypatch.setattr(stamps, "_stores", {})
+        modellib.compiler_identity.cache_clear()
+        return modellib.compiler_identity(str(cc))
+
+    install("cc (Test) 1.0")
+    assert new_run() == "cc (Test) 1.0" and new_run() == "cc (Test) 1.0"
+    assert asked.read_text().count("x") == 1
+    install("cc (Test) 2.0")
+    assert new_run() == "cc (Test) 2.0" and asked.read_text().count("x") == 2
+    modellib.compiler_identity.cache_clear()
+
+
 # ---- one build per folder, interrupted builds ----
 
 def test_a_second_doit_in_the_same_folder_stops_naming_the_first(copy):

@@ -22,6 +22,12 @@ def seen(kind: str, path, st, digest: str) -> bool:
     return _store()["known"].get(f"{kind}:{path}") == [*files.stamp(st), digest]
 
 
+def recall(kind: str, path, st) -> str | None:
+    """What was learned (of `kind`) about the file while it had the stamp it has now; None if it changed since."""
+    entry = _store()["known"].get(f"{kind}:{path}")
+    return entry[-1] if entry and entry[:-1] == list(files.stamp(st)) else None
+
+
 def learn(kind: str, path, st, digest: str) -> None:
     store, entry, where = _store(), [*files.stamp(st), digest], f"{kind}:{path}"
     if store["known"].get(where) != entry:

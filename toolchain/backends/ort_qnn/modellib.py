@@ -16,7 +16,7 @@ from doit.tools import config_changed
 
 from toolchain import artifacts
 from toolchain.backends.ort_qnn import ep, families
-from toolchain.engine import external
+from toolchain.engine import external, stamps
 from toolchain.engine.files import sha256
 
 if TYPE_CHECKING:   # annotations only: the project imports every stage
@@ -37,9 +37,16 @@ def compiler() -> str | None:
 
 @functools.cache
 def compiler_identity(path: str) -> str:
-    """First line of `<cc> --version` (e.g. 'gcc (Debian 12.2.0-14+deb12u1) 12.2.0')."""
-    out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False).stdout
-    return (out.splitlines() or ["unknown"])[0].strip()
+    """First line of `<cc> --version` (e.g. 'gcc (Debian 12.2.0-14+deb12u1) 12.2.0'). Asked again only when the
+    compiler's file changed (its stamp, stamps.py): a process started at every load was ~1% of a no-op `doit`."""
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    known = stamps.recall("version", real, st)
+    if known is None:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False).stdout
+        known = (out.splitlines() or ["unknown"])[0].strip()
+        stamps.learn("version", real, st, known)
+    return known
 
 
 def missing_compiler_message() -> str:
