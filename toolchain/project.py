@@ -20,6 +20,8 @@ from toolchain.spec import chips as chip_table
 
 @dataclass(frozen=True)
 class Project:
+    """The models and chips of one build folder, and this run's options: what every stage's tasks() reads."""
+
     models: tuple[spec.Model, ...]
     chips: dict
     full_chips: tuple[str, ...]   # full verification tier asked for on the command line

@@ -21,6 +21,8 @@ KINDS = ("onnxruntime", "sherpa-onnx")
 
 @dataclass(frozen=True)
 class Choice:
+    """What the runtime selector picked for a device: a bundle (or the CPU), and why."""
+
     bundle: str           # a bundle path, or CPU
     reason: str
     chip: str | None = None

@@ -22,6 +22,8 @@ class OptionError(InvalidDodoFile):
 
 @dataclass(frozen=True)
 class Option:
+    """One `doit` variable and its environment twin: name, parser, default and one line of doc."""
+
     name: str                          # the key of Options; also the command-line name when `variable`
     parse: Callable[[str], Any]        # the text given -> the value; raises ValueError("expected ...")
     default: Any

@@ -22,6 +22,8 @@ ACTIVATE = ("unzip the QAIRT SDK and source qairt/<version>/bin/envsetup.sh "
 
 @dataclass(frozen=True)
 class Sdk:
+    """A QAIRT SDK found at $QNN_SDK_ROOT: its build id, the converter's Python and the NDK, resolved once."""
+
     root: str
     build_id: str
     build_id_source: str      # which part of the SDK the build id was read from

@@ -18,6 +18,8 @@ AUTO = "auto"
 
 @dataclass(frozen=True)
 class Rule:
+    """One legalizing ONNX rewrite: the ops it reads, when it applies, when the HTP needs it, and how."""
+
     name: str
     op_types: tuple[str, ...]
     applies: Callable   # (GraphView, node) -> bool: the rewrite is defined for this node (explicit `rewrite = [...]`)

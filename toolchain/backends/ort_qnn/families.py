@@ -38,6 +38,8 @@ SHARED = ("onnx", "numpy", "doit", "packaging")
 
 @dataclass(frozen=True)
 class Family:
+    """One QAIRT family (families.toml): the onnxruntime-qnn that carries it and what its binaries say."""
+
     name: str                 # "2.49": QAIRT major.minor
     onnxruntime_qnn: str
     onnxruntime: str
