@@ -8,8 +8,10 @@ no stage runs), timed several times; the median wall and CPU time, and the load 
 --before REV also times the same projects with the toolchain (and dodo.py) of REV, runs alternating so both see
 the same machine. --profile then adds the median time of each phase of a no-op (PHASES) to noop.json, and writes
 where one no-op of the shipped project spends its time (cProfile through the same harness, and `python -X
-importtime`) to bench/results/noop-profile.txt. Goals (issue 33): <= 0.3 s wall for the shipped project, <= 1 s
-for 20 x 10. Writes bench/results/noop.json; run it alone (the load average is recorded)."""
+importtime`) to bench/results/noop-profile.txt. "doit-floor" is a one-task doit project without the toolchain:
+what any no-op costs on this machine, so the toolchain's share is the difference. Goals (issue 33): <= 0.3 s wall
+for the shipped project, <= 1 s for 20 x 10. Writes bench/results/noop.json; run it alone (the load average is
+recorded)."""
 from __future__ import annotations
 
 import argparse
@@ -30,6 +32,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from projects import ALL_CHIPS, DOIT, ROOT, count_tasks, doit, environment, fill, make_project  # noqa: E402
 
 GOALS = {"shipped": 0.3, "synthetic-20x10": 1.0}   # seconds of wall time
+# The floor: a doit project of one up-to-date task and no toolchain. What any no-op costs on this machine (Python's
+# start with its site-packages, doit's imports, doit's scan of every installed distribution for plugins), timed
+# beside the others so the toolchain's own share is the difference.
+FLOOR_DODO = ('"""One task with one input, up to date after the first run."""\n\n\n'
+              'def task_floor():\n    return {"actions": None, "file_dep": ["dodo.py"]}\n')
 PROFILE = ("import cProfile, pstats, sys; p = cProfile.Profile(); p.enable(); from doit.doit_cmd import DoitMain; "
            "rc = DoitMain().run(sys.argv[1:]); p.disable(); s = pstats.Stats(p, stream=sys.stderr); "
            "s.sort_stats('cumulative').print_stats(40); s.sort_stats('tottime').print_stats(25); sys.exit(rc)")
@@ -164,6 +171,9 @@ def main(argv=None) -> int:
             trees[f"{name} before"] = with_toolchain_of(root, work / f"{name}-before", args.before)
     for root in trees.values():
         fill(root)
+    trees["doit-floor"] = work / "doit-floor"
+    trees["doit-floor"].mkdir()
+    (trees["doit-floor"] / "dodo.py").write_text(FLOOR_DODO)
     data = {"cores": os.cpu_count(), "runs": args.runs, "before_commit": args.before,
             "head": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                                    text=True).stdout.strip(),
