@@ -155,3 +155,23 @@ def test_the_html_report_draws_a_check_over_its_limit_red(reference, tmp_path):
     bar = (report_html.ROW - 6) * report_html.margin_x(3.0)   # px of the red bar
     assert colour_pixels(shot, report_html.OVER) - colour_pixels(passing, report_html.OVER) > 0.9 * bar
     assert colour_pixels(passing, report_html.WITHIN) > colour_pixels(shot, report_html.WITHIN) > 0
+
+
+def test_the_windows_table_reads_the_full_tier_where_the_chip_ran_it():
+    # the default tier checks one clip per window; where a chip also ran the full tier, the windows table says what
+    # all clips gave (the figures issue 34 asks for), and a chip without it keeps the default tier's row
+    from toolchain.stages import report
+    io = {"inputs": [["x", [1, 4], "float32"]], "outputs": [["y", [1, 4], "float32"]]}
+
+    def manifest(tiers: dict) -> dict:
+        return {"model": "w", "chip": {"name": "SM8750"}, "graphs": {"enc_2f": {"io": io}, "enc": {"io": io}},
+                "windows": {"unit": "f", "graphs": {"2": {"encoder": "enc_2f"}, "4": {"encoder": "enc"}}},
+                "binaries": {"enc_2f": {"bytes": 1e6}, "enc": {"bytes": 2e6}},
+                "verify": {tier: {"tensors": {"enc_2f": {}, "enc": {}}, "task": {"windows": {"2": {
+                    "summary": summary, "same_as_30s": same, "clips": ["c"] * n}}}}
+                           for tier, (summary, same, n) in tiers.items()}}
+    default = ("1/1 same text, WER 0.000", 1, 1)
+    full = ("12/12 same text, WER 0.070", 9, 12)
+    rows = report.window_rows([manifest({"default": default, "full": full})])
+    assert rows[0][-2:] == ["12/12 same text, WER 0.070", "9/12"] and rows[1][-2] == "(largest)"
+    assert report.window_rows([manifest({"default": default})])[0][-2:] == ["1/1 same text, WER 0.000", "1/1"]

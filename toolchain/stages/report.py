@@ -125,14 +125,15 @@ WINDOWS = ("model", "chip", "window", "graphs", "binaries MB (each graph)", "I/O
 
 def window_rows(manifests: list[dict]) -> list[list[str]]:
     """Per [windows] model, chip and window: sizes, data moved, simulator time, and the task metric against the CPU
-    at the same window and against the largest window (the verify record's "windows" rows from agree()); then the
-    shared context against the windows' own binaries."""
+    at the same window and against the largest window (the verify record's "windows" rows from agree(): the full
+    tier's, all clips, where the chip ran it); then the shared context against the windows' own binaries."""
     rows = []
     for m in manifests:
         windows = m.get("windows")
         if not windows:
             continue
-        task = m["verify"]["default"].get("task", {}).get("windows", {})
+        verified = m["verify"].get("full") or m["verify"]["default"]
+        task = verified.get("task", {}).get("windows", {})
         for size, graphs in sorted(windows["graphs"].items(), key=lambda item: int(item[0])):
             pair = list(graphs.values())
             row = task.get(size, {})
