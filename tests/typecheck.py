@@ -25,7 +25,7 @@ CLEAN = ("toolchain/spec/", "toolchain/artifacts.py", "toolchain/backends/base.p
          "toolchain/deploy/sherpa_run.py", "toolchain/deploy/tarball.py",
          # 0.12.0: the windows' shared context
          "toolchain/backends/ort_qnn/share.py")
-BUDGET = 51   # findings allowed in the other modules (0.9.0: 104 in all, 35 of them in CLEAN; 0.10.0: 72)
+BUDGET = 50   # findings allowed in the other modules (0.9.0: 104 in all, 35 of them in CLEAN; 0.10.0: 72)
 FINDING = re.compile(r"^(toolchain/\S+?\.py):\d+: error: ")
 
 

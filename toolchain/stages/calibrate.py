@@ -10,6 +10,7 @@ order, so read() gives ONNX-layout feeds back from either. The samples the defau
 tier checks ([verify] clips) are held out, so that check always runs on data the quantizer never saw."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,19 +35,18 @@ if TYPE_CHECKING:   # annotations only: the project imports every stage
 def tasks(project: Project):
     for model in project.models:
         onnx_files = {g.name: artifacts.simplified(model, g) for g in model.graphs}
+        io = {g.name: io_record(g) for g in model.graphs}   # the model code finds a [windows] copy's window in it
         for graph in model.graphs:
             if graph.precision != "w8a16":
                 continue
             folder, log = artifacts.calibration(model, graph), artifacts.calibration_log(model, graph)
-            inputs = [[t.name, list(t.shape), t.dtype] for t in graph.inputs]
+            inputs = io[graph.name]["inputs"]
             raws = [artifacts.calibration_raw(model, graph, i, t[0]) for i in range(graph.calibration) for t in inputs]
             layout = model.backend.calibration_layout
             kwargs = {"module_file": model.module_file, "onnx_files": onnx_files, "data_dir": model.data_dir,
                       "graph": graph.name, "inputs": inputs, "count": graph.calibration, "folder": folder,
                       "layout": layout, "held_out": list(model.verify["clips"]),
-                      "field": f"{model.spec_file}: graphs.{graph.name}.calibration",
-                      # every graph's interface: the model code finds a [windows] copy's window in it
-                      "io": {g.name: io_record(g) for g in model.graphs}}
+                      "field": f"{model.spec_file}: graphs.{graph.name}.calibration", "io": io}
             yield {"name": f"{model.name}/{graph.name}",
                    "doc": f"{model.name}/{graph.name}: {graph.calibration} real calibration inputs (raw + input list)",
                    "file_dep": [*model.code_files, *onnx_files.values(), *project.data_files(model)],
@@ -55,6 +55,11 @@ def tasks(project: Project):
                    "clean": True,
                    "actions": [(run, (write, kwargs, log))],
                    "uptodate": [config_changed({k: kwargs[k] for k in ("count", "inputs", "layout", "held_out")})]}
+
+
+def _generic_feeds(module, io: dict, count: int, run, sample) -> dict:
+    """Without calibration_feeds(): the model's graph_feeds(), or seeded generated inputs (modeldata.feeds)."""
+    return modeldata.feeds(module, run, sample, io, count)
 
 
 def permutation(layout: str, shape: list) -> list[int]:
@@ -74,12 +79,11 @@ def write(module_file: str, onnx_files: dict, data_dir, graph: str, inputs: list
     samples = samples or [None]
     # graph_feeds() and calibration_feeds() get every graph's interface when they ask for `io` (modeldata.with_io);
     # generated inputs stay per graph, so their seeded values are the ones this graph always had
-    wanted = io if io and hasattr(module, "graph_feeds") else {graph: {"inputs": inputs}}
-
-    def feeds_of(run, sample) -> dict:
-        if hasattr(module, "calibration_feeds"):
-            return modeldata.with_io(module.calibration_feeds, io or {})(run, sample)
-        return modeldata.feeds(module, run, sample, wanted, count)
+    if hasattr(module, "calibration_feeds"):   # decided once, not per sample
+        feeds_of = modeldata.with_io(module.calibration_feeds, io or {})
+    else:
+        wanted = io if io and hasattr(module, "graph_feeds") else {graph: {"inputs": inputs}}
+        feeds_of = functools.partial(_generic_feeds, module, wanted, count)
     feeds, used = [], []
     for sample in samples:
         got = feeds_of(lambda g, f: cpu[g](f), sample).get(graph)
