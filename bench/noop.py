@@ -3,7 +3,8 @@
 20 models x 10 chips (the test model, w8a16), each with its doit state filled as after a real build (projects.fill:
 no stage runs), timed several times; the median wall and CPU time, and the load average before each run.
 
-    python bench/noop.py [--runs 7] [--before REV] [--profile]
+    python bench/noop.py [--runs 7] [--before REV] [--profile] [--out FILE]
+    /path/to/venv/bin/python bench/noop.py ...   # the same, in another environment (a user's venv)
 
 --before REV also times the same projects with the toolchain (and dodo.py) of REV, runs alternating so both see
 the same machine. --profile then adds the median time of each phase of a no-op (PHASES) to noop.json, and writes
@@ -11,7 +12,8 @@ where one no-op of the shipped project spends its time (cProfile through the sam
 importtime`) to bench/results/noop-profile.txt. "doit-floor" is a one-task doit project without the toolchain:
 what any no-op costs on this machine, so the toolchain's share is the difference. Goals (issue 33): <= 0.3 s wall
 for the shipped project, <= 1 s for 20 x 10. Writes bench/results/noop.json; run it alone (the load average is
-recorded)."""
+recorded). The floor depends on the environment (doit scans every installed distribution for plugins; an
+editable install adds an import finder to every start), so the record names the interpreter and counts them."""
 from __future__ import annotations
 
 import argparse
@@ -23,9 +25,11 @@ import shutil
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import tempfile
 import time
+from importlib import metadata
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -162,6 +166,7 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=7)
     p.add_argument("--before", help="also time the toolchain of this commit on the same projects")
     p.add_argument("--profile", action="store_true", help="write bench/results/noop-profile.txt")
+    p.add_argument("--out", default=str(ROOT / "bench/results/noop.json"))
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="qnn-noop-"))
     trees = {"shipped": shipped(work / "shipped"),
@@ -177,8 +182,10 @@ def main(argv=None) -> int:
     data = {"cores": os.cpu_count(), "runs": args.runs, "before_commit": args.before,
             "head": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                                    text=True).stdout.strip(),
+            "environment": {"python": sys.prefix, "distributions": len(list(metadata.distributions())),
+                            "path_files": sorted(p.name for p in Path(sysconfig.get_paths()["purelib"]).glob("*.pth"))},
             "projects": time_noops(trees, args.runs)}
-    out = ROOT / "bench/results/noop.json"
+    out = Path(args.out)
     out.write_text(json.dumps(data, indent=1) + "\n")
     for name, row in data["projects"].items():
         print(f"{name:28} {row['tasks']:5} tasks  wall {row['median_wall']:.3f} s  CPU {row['median_cpu']:.3f} s  "

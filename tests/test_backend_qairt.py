@@ -19,9 +19,9 @@ from doit.tools import config_changed
 
 from toolchain.backends.qairt import readback
 from toolchain.backends.qairt import tools as qairt
-from toolchain.errors import SpecError
+from toolchain.errors import SpecError, StageFailed
 from toolchain.qnn import sdk as sdk_layout
-from toolchain.qnn.layout import layout_permutation
+from toolchain.qnn.layout import layout_permutation, permutation_or_fail
 
 BUILD_ID = "v2.40.0.251030-standin"
 G = "build/qnet/qairt/net-a"   # per-graph QAIRT outputs
@@ -394,6 +394,9 @@ def test_read_back_rejects_another_sdk_a_renamed_graph_and_another_chip():
     assert readback.dtype("QNN_DATATYPE_UFIXED_POINT_16") == "ufixed16" and readback.dtype(0x0232) == "float32"
     assert layout_permutation([1, 3, 8, 8], [1, 8, 8, 3]) == (0, 2, 3, 1)
     assert layout_permutation([1, 4, 16], [1, 4, 15]) is None
+    # a raw file in a layout the build does not know is refused, naming the tensor, not written transposed
+    with pytest.raises(StageFailed, match=r"tensor 'mel': QNN's shape \[1, 4, 15\] is no layout"):
+        permutation_or_fail([1, 4, 16], [1, 4, 15], "mel")
 
 
 def test_a_w8a16_graph_quantized_by_the_converter_from_where_it_runs_with_its_io_recorded(fresh):

@@ -46,7 +46,7 @@ def write(records: list[str], out: str):
     leads with the build id and the runtime it needs; builds of other QAIRT families of the same chip are under
     `other_qairt` (family -> the same fields), the newest family's build on top."""
     base = os.path.dirname(out)
-    index = {"format": 2, "models": {}}
+    index: dict = {"format": 2, "models": {}}
     builds: dict[tuple[str, str], tuple[dict, list[dict]]] = {}
     for path in records:
         r = read_json(path)
@@ -71,16 +71,17 @@ def builds_of(entry: dict) -> list[dict]:
     return [entry, *entry.get("other_qairt", {}).values()]
 
 
-def select(ro_soc_model: str, libraries_loaded: bool, index: dict | str, model_name: str | None = None,
+def select(ro_soc_model: str, libraries_loaded: bool, index: dict | str | Path, model_name: str | None = None,
            kind: str = "onnxruntime", root: str | None = None, runtime_qairt: str | None = None) -> Choice:
     """The bundle for this phone, or CPU with the reason. `index` is the JSON or its path; bundle paths are
     relative to `root` (default: the index's folder). The sha256 is checked on the file itself. `runtime_qairt`:
     the QAIRT version of the QNN libraries the app loaded; a binary of a newer family is refused here, with that
     reason, instead of failing at context creation on the device (the load rule: toolchain/qnn/compat.py)."""
-    if isinstance(index, (str, Path)):
-        root = root or os.path.dirname(str(index))
-        index = read_json(index)
-    models = index.get("models", {})
+    if isinstance(index, dict):
+        data = index
+    else:
+        root, data = root or os.path.dirname(str(index)), read_json(index)
+    models = data.get("models", {})
     if model_name is None:
         if len(models) != 1:
             return Choice(CPU, f"the index holds {len(models)} models ({', '.join(sorted(models))}): name one")

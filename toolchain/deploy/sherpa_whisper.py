@@ -108,7 +108,7 @@ def recognize(encoder, decoder, features: np.ndarray, timings: dict | None = Non
         mask[offset] = 0
         return logits
 
-    started, calls, offset, logits, sot = time.monotonic(), 0, 0, None, list(c.sot)
+    started, calls, offset, sot = time.monotonic(), 0, 0, list(c.sot)   # sot is never empty: logits is set
     if c.multilingual:   # DetectLanguage: SOT alone at offset 0 on the empty cache, argmax over language ids
         first = step(sot[0], 0)
         self_kv[:], mask[:] = 0, 1   # the detection call leaves cache and mask as they were
@@ -154,7 +154,8 @@ class GraphRun:
         self._onnx = {n: (list(s), d) for kind in ("inputs", "outputs") for n, s, d in io[kind]}
         self.input_names = [t[0] for t in io["inputs"]]
         self.output_names = [t[0] for t in io["outputs"]]
-        self._feeds, self._outs = {}, {}
+        self._feeds: dict = {}
+        self._outs: dict = {}
 
     def _swapped(self, name: str) -> bool:
         return self._layout == "onnx" and name in self.input_names and len(self._onnx[name][0]) == 3

@@ -10,7 +10,7 @@ from pathlib import Path
 from toolchain.deploy.runtime_libs import ADSP_DEFAULTS
 from toolchain.errors import StageFailed
 from toolchain.phone import probe
-from toolchain.qnn.layout import layout_permutation
+from toolchain.qnn.layout import permutation_or_fail
 
 # numpy is imported where used: doit's own process loads this module on every run (tests/test_engine_worker.py)
 
@@ -45,7 +45,7 @@ def write_inputs(feeds: list[dict], qnn_inputs: list[dict], declared: list, loca
     for i, feed in enumerate(feeds):
         files = []
         for (name, shape, dtype), q in zip(declared, qnn_inputs):
-            perm = layout_permutation(shape, q["shape"])
+            perm = permutation_or_fail(shape, q["shape"], name)
             kind = np.int32 if dtype == "int32" else np.float32
             np.ascontiguousarray(feed[name].transpose(perm), dtype=kind).tofile(local / f"{name}-{i}.raw")
             files.append(f"{remote}/{name}-{i}.raw")
@@ -63,7 +63,7 @@ def read_outputs(folder: Path, index: int, declared: list, qnn_outputs: list[dic
             raw = folder / f"Result_{index}" / (re.sub(r"\W", "_", name) + ".raw")
         if not raw.is_file():
             raise StageFailed(f"the phone's run wrote no {raw}")
-        perm = layout_permutation(shape, q["shape"])
+        perm = permutation_or_fail(shape, q["shape"], name)
         found[name] = np.fromfile(raw, np.float32).reshape(q["shape"]).transpose(np.argsort(perm)).astype(dtype)
     return found
 

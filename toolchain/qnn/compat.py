@@ -35,7 +35,7 @@ def loads(runtime: str, build_id: str) -> bool:
 def requirement(build_id: str | None) -> dict:
     """What a deployer needs to know first about a binary: its build id and the runtime it needs."""
     name = family(build_id)
-    if name is None:
+    if build_id is None or name is None:
         return {"build_id": build_id, "qairt_family": None, "needs": "unknown: the binary carries no QAIRT build id"}
     found = {"build_id": build_id, "qairt_family": name,
              "needs": f"a QNN runtime of QAIRT >= {name} (libQnnHtp.so, libQnnSystem.so, Stub and Skel of that "

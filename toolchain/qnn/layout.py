@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from toolchain.errors import StageFailed
+
 HOST, ANDROID = "x86_64-linux-clang", "aarch64-android"
 NON_WORD = re.compile(r"\W")
 
@@ -20,6 +22,16 @@ def layout_permutation(onnx_shape, qnn_shape) -> tuple[int, ...] | None:
     onnx_shape, rank = list(onnx_shape), len(onnx_shape)
     candidates = [tuple(range(rank))] + ([(0, 2, 1)] if rank == 3 else []) + ([(0, 2, 3, 1)] if rank == 4 else [])
     return next((p for p in candidates if [onnx_shape[i] for i in p] == list(qnn_shape)), None)
+
+
+def permutation_or_fail(onnx_shape, qnn_shape, name: str) -> tuple[int, ...]:
+    """layout_permutation(), or StageFailed naming the tensor when QNN's shape is none of those layouts: its raw
+    file would be written or read in the wrong axes order (numpy's transpose(None) reverses them all)."""
+    found = layout_permutation(onnx_shape, qnn_shape)
+    if found is None:
+        raise StageFailed(f"tensor {name!r}: QNN's shape {list(qnn_shape)} is no layout of the ONNX shape "
+                          f"{list(onnx_shape)} this build knows (docs/qairt.md)")
+    return found
 
 
 def native_permutation(rank: int) -> tuple[int, ...]:

@@ -199,7 +199,7 @@ def system_interface(lib_dir: str | None = None) -> tuple[C.CDLL, SystemInterfac
 def _tensor(t: Tensor) -> dict:
     """Qnn_Tensor_t -> {"name", "dtype", "shape"[, "scale", "offset"]}."""
     v = t.v2
-    d = {"name": _str(v.name), "dtype": DTYPES.get(v.dataType, "0x%04x" % v.dataType),
+    d: dict = {"name": _str(v.name), "dtype": DTYPES.get(v.dataType, "0x%04x" % v.dataType),
          "shape": [int(v.dims[i]) for i in range(v.rank)] if v.dims else []}
     q = v.quant
     if (q.encodingDefinition == QNN_DEFINITION_DEFINED

@@ -90,7 +90,8 @@ class _Io:
         v.dims = C.cast(self._dims, C.POINTER(C.c_uint32)) if self.shape else None   # NULL when rank is 0
         # static shapes only; for a V1 tensor this field is not part of it (the union is sized by V2)
         v.isDynamicDimensions = None
-        self.scale = self.offset = None
+        self.scale: float | None = None   # set for a quantized tensor: real = (q + offset) * scale
+        self.offset = 0
         q = v.quant
         if q.encodingDefinition == QNN_DEFINITION_DEFINED:
             if q.encoding == ENCODING_SCALE_OFFSET:
@@ -112,12 +113,23 @@ class _Io:
         v.buf[1] = self.nbytes                  # Qnn_ClientBuffer_t.dataSize (uint32; upper half is padding)
         self.view = buf[offset:offset + self.nbytes].view(_NP[self.dtype]).reshape(self.shape)
 
+    def array(self) -> np.ndarray:
+        """The tensor's view into the I/O buffer."""
+        if self.view is None:
+            raise RuntimeError(f"tensor '{self.name}' is not bound to the I/O buffer")
+        return self.view
+
 
 class QnnModel:
     """One QNN context binary opened on the HTP backend; runs its first graph."""
 
     def __init__(self, binary: str, backend_lib: str | None = None, system_lib: str | None = None):
-        self._backend = self._device = self._context = self._graph = None
+        # QNN handles, None until created and after close()
+        self._backend: C.c_void_p | None = None
+        self._device: C.c_void_p | None = None
+        self._context: C.c_void_p | None = None
+        self._graph: C.c_void_p | None = None
+        self._blob: C.Array[C.c_char] | None = None   # the binary's bytes, until the context holds its own copy
         self._fn: dict = {}
         # backend: the wheel's libQnnHtp.so (cached by qnnbin) or an app's own copy
         self._lib = htp_lib() if backend_lib is None else dlopen_quiet(os.path.abspath(backend_lib))
@@ -146,24 +158,24 @@ class QnnModel:
         import numpy as np
         fn = self._fn
         # sherpa: logCreate -> backendCreate -> deviceCreate. No logger here (NULL is allowed).
-        self._backend = _P()
-        _check(fn["backendCreate"](None, None, C.byref(self._backend)), "backendCreate")
-        self._device = _P()
-        _check(fn["deviceCreate"](None, None, C.byref(self._device)), "deviceCreate")
+        self._backend = backend = _P()
+        _check(fn["backendCreate"](None, None, C.byref(backend)), "backendCreate")
+        self._device = device = _P()
+        _check(fn["deviceCreate"](None, None, C.byref(device)), "deviceCreate")
 
         with open(binary, "rb") as f:
             data = f.read()
         size = len(data)
-        self._blob = C.create_string_buffer(data, max(size, 1))
+        self._blob = blob = C.create_string_buffer(data, max(size, 1))
         del data
-        graph_name, inputs, outputs = self._graph_info(binary, size, system_lib)
+        graph_name, inputs, outputs = self._graph_info(binary, blob, size, system_lib)
 
-        self._context = _P()
-        _check(fn["contextCreateFromBinary"](self._backend, self._device, None, C.cast(self._blob, _P),
-                                             size, C.byref(self._context), None),
+        self._context = context = _P()
+        _check(fn["contextCreateFromBinary"](backend, device, None, C.cast(blob, _P),
+                                             size, C.byref(context), None),
                f"contextCreateFromBinary({binary})")
-        self._graph = _P()
-        _check(fn["graphRetrieve"](self._context, graph_name, C.byref(self._graph)),
+        self._graph = graph = _P()
+        _check(fn["graphRetrieve"](context, graph_name, C.byref(graph)),
                f"graphRetrieve({graph_name.decode()})")
         self._blob = None   # the context holds its own copy: sherpa frees the file buffer here too
 
@@ -181,7 +193,8 @@ class QnnModel:
         self.input_names = [t.name for t in inputs]
         self.output_names = [t.name for t in outputs]
 
-    def _graph_info(self, binary: str, size: int, system_lib: str | None) -> tuple[bytes, list, list]:
+    def _graph_info(self, binary: str, data: C.Array[C.c_char], size: int,
+                    system_lib: str | None) -> tuple[bytes, list, list]:
         """First graph's name and I/O tensors, read from the binary through libQnnSystem (then freed)."""
         sys_iface = system_interface()[1] if system_lib is None else self._system_interface(system_lib)
         create, free = SystemContextCreateFn(sys_iface.fns[0]), SystemContextFreeFn(sys_iface.fns[3])
@@ -189,7 +202,7 @@ class QnnModel:
         _check(create(C.byref(handle)), "QnnSystemContext_create")
         try:
             info = C.POINTER(BinaryInfo)()
-            blob = C.cast(self._blob, _P)
+            blob = C.cast(data, _P)
             if sys_iface.fns[1]:        # systemContextGetBinaryInfo, as sherpa
                 rc = GetBinaryInfoFn(sys_iface.fns[1])(handle, blob, size, C.byref(info), C.byref(C.c_uint64()))
             else:                       # builds without it have systemContextGetMetadata
@@ -242,6 +255,7 @@ class QnnModel:
         Quantized inputs take real values: q = round(x / scale - offset), clipped (sherpa's FillData)."""
         import numpy as np
         t = self._tensor(name)
+        view = t.array()
         if name not in self.input_names:
             raise ValueError(f"tensor '{name}' is an output, not an input")
         a = np.asarray(data)
@@ -249,11 +263,11 @@ class QnnModel:
             raise ValueError(f"tensor '{name}' expects {t.count} elements {t.shape}, got {a.size} {list(a.shape)}")
         a = a.reshape(t.shape)
         if t.scale is not None and t.dtype.startswith(("ufixed", "sfixed")):
-            info = np.iinfo(t.view.dtype)
+            info = np.iinfo(view.dtype)
             q = np.rint(a.astype(np.float64) / t.scale - t.offset)
-            t.view[...] = np.clip(q, info.min, info.max)
+            view[...] = np.clip(q, info.min, info.max)
         else:
-            t.view[...] = a.astype(t.view.dtype)
+            view[...] = a.astype(view.dtype)
 
     def run(self) -> None:
         """graphExecute on the bound buffers (inputs read from, outputs written to the I/O buffer)."""
@@ -267,11 +281,12 @@ class QnnModel:
         (value = (q + offset) * scale, sherpa's GetData), else its integer type."""
         import numpy as np
         t = self._tensor(name)
+        view = t.array()
         if t.scale is not None and t.dtype.startswith(("ufixed", "sfixed")):
-            return ((t.view.astype(np.float64) + t.offset) * t.scale).astype(np.float32)
+            return ((view.astype(np.float64) + t.offset) * t.scale).astype(np.float32)
         if t.dtype.startswith("float"):
-            return t.view.astype(np.float32)
-        return t.view.copy()
+            return view.astype(np.float32)
+        return view.copy()
 
     # ---- lifetime ----
     def close(self) -> None:

@@ -20,6 +20,8 @@ from toolchain.shared import modeldata
 from toolchain.shared.iorecord import io_record
 
 if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from collections.abc import Callable
+
     from toolchain.project import Project
 
 
@@ -72,6 +74,7 @@ def torch_to_onnx(module, args: tuple, out: str, inputs: list[str], outputs: lis
 def _external_task(model, graph, out: str, record: str, log: str) -> dict:
     """The ONNX from a declared command (its argv and the files it reads are the dependencies) or a given file."""
     kind, *rest = graph.source
+    action: Callable[..., None]
     if kind == "onnx":
         path, sha, origin = rest
         kwargs = {"src": path, "sha": sha, "out": out, "record": record, "io": io_record(graph), "origin": origin}

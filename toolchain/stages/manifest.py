@@ -58,7 +58,7 @@ def tasks(project: Project):
 
 
 def _sources(project: Project, model, chip) -> dict:
-    sources = {"parity": artifacts.parity(model) if parity.available(model) else {},
+    sources: dict = {"parity": artifacts.parity(model) if parity.available(model) else {},
                "exports": {g.name: artifacts.export_record(model, g) for g in model.graphs},
                "inspect": {g.name: artifacts.inspected(model, g) for g in model.graphs},
                "compile": {g.name: artifacts.compile_record(model, g, chip) for g in model.graphs},

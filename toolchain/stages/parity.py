@@ -29,7 +29,7 @@ def tasks(project: Project):
         onnx_files = {g.name: artifacts.simplified(model, g) for g in model.graphs}
         out = artifacts.parity(model)
         checkpoint = [artifacts.checkpoint(model)] if model.checkpoint else []
-        kwargs = {"module_file": model.module_file, "checkpoint": (checkpoint or [None])[0],
+        kwargs = {"module_file": model.module_file, "checkpoint": checkpoint[0] if checkpoint else None,
                   "onnx_files": onnx_files, "data_dir": model.data_dir, "settings": settings, "out": out,
                   "io": {g.name: io_record(g) for g in model.graphs}, "spec": model.spec_file,
                   "streams": {g.name: {"geometry": dict(g.stream), "state": dict(g.state)}

@@ -82,9 +82,9 @@ def tasks(project: Project, tier: str):
                "uptodate": [config_changed({"checks": checks, **backend.verify_settings(model, chip, tier)})]}
 
 
-def check(module_file: str, graphs: dict, data_dir, simulators: dict, checks: Checks, out: str, io: dict,
-          spec: str = "", hint: str = "", pieces: dict | None = None, thresholds: dict | None = None,
-          outputs: dict | None = None, sources: dict | None = None, streams: dict | None = None) -> None:
+def check(module_file: str, graphs: dict, data_dir, simulators: dict, checks: Checks, out: str, io: dict, *,
+          outputs: dict, sources: dict, thresholds: dict, spec: str = "", hint: str = "", pieces: dict | None = None,
+          streams: dict | None = None) -> None:
     """Every graph's simulator run (the backend's runner) against the CPU ONNX on the same feeds; each
     stateful graph's stream run by both, each feeding back its own state. The record is written either
     way (status "failed" with every output's numbers); a failure names the output, the call and the bound."""

@@ -19,6 +19,8 @@ from toolchain.shared.iorecord import io_record
 from toolchain.stages import parity
 
 if TYPE_CHECKING:   # annotations only: the project imports every stage
+    from collections.abc import Callable
+
     from toolchain.project import Project
 
 
@@ -34,6 +36,7 @@ def tasks(project: Project):
                   "io": io_record(graph)}
         settings = {"options": options, "tool": tool, "chip": chip.record(), "precision": graph.precision,
                     "io": kwargs["io"]}
+        function: Callable[..., None]
         if ep.uses_route(graph):
             lib = artifacts.model_lib(model, graph, modellib.TARGET, chip.family)
             weights = artifacts.qnn_weights(model, graph, chip.family)

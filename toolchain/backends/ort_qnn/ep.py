@@ -181,18 +181,18 @@ def _checked_session(src: str, options: dict, config: dict, what: str) -> None:
     except Exception as err:
         cpu = cpu_nodes(src, {k: v for k, v in options.items() if k != "qnn_saver_path"})
         if cpu:
-            cpu = with_rewrites(src, cpu)
+            named = with_rewrites(src, cpu)
             listed = "; ".join(f"{name or '<unnamed>'} ({op}: {reason or 'the EP gives no reason'}"
                                f"{f'; the rewrite {rule!r} makes the HTP take it' if rule else ''})"
-                               for name, op, reason, rule in cpu)
+                               for name, op, reason, rule in named)
             hint = ("; a GELU exported at opset 18 is Erf, which the QNN EPs of QAIRT 2.47-2.49 leave on the CPU: "
                     "export at opset 20 (one Gelu node, every family takes it)"
                     if any(op == "Erf" for _, op, *_ in cpu) else "")
             fix = ("apply the rewrites named (rewrite = [...] or \"auto\" in the graph's [graphs.<g>] table, "
                    "docs/add-a-model.md) or fix the others in the export"
-                   if any(rule for *_, rule in cpu) else "fix them in the export (replace or rewrite these ops)")
+                   if any(rule for *_, rule in named) else "fix them in the export (replace or rewrite these ops)")
             raise OffTheHtp(f"{src}: {len(cpu)} node(s) would run on the CPU, not the HTP: {listed}; {fix}{hint}",
-                            cpu) from None
+                            named) from None
         raise StageFailed(f"{src}: {what} failed: {str(err).strip().splitlines()[-1]}") from None
 
 

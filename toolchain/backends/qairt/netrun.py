@@ -9,7 +9,7 @@ from pathlib import Path
 from toolchain.engine import external
 from toolchain.engine.files import read_json
 from toolchain.errors import StageFailed
-from toolchain.qnn.layout import c_name, layout_permutation
+from toolchain.qnn.layout import c_name, permutation_or_fail
 
 
 def simulator(argv: list, env: dict, work: str, io: dict, record: str):
@@ -25,7 +25,7 @@ def simulator(argv: list, env: dict, work: str, io: dict, record: str):
         files = []
         for i, ((name, shape, _), q) in enumerate(zip(io["inputs"], qnn["inputs"])):
             files.append(f"{folder}/input_{i}.raw")
-            perm = layout_permutation(shape, q["shape"])
+            perm = permutation_or_fail(shape, q["shape"], name)
             np.ascontiguousarray(feeds[name].reshape(shape).transpose(perm), dtype=np.float32).tofile(files[-1])
         (folder / "input_list.txt").write_text(" ".join(files) + "\n")   # one line per inference
         print("$", " ".join(argv), flush=True)
@@ -37,7 +37,7 @@ def simulator(argv: list, env: dict, work: str, io: dict, record: str):
         outputs = {}
         for (name, shape, dtype), q in zip(io["outputs"], qnn["outputs"]):
             raw = _result(folder / "output" / "Result_0", name)
-            perm = layout_permutation(shape, q["shape"])
+            perm = permutation_or_fail(shape, q["shape"], name)
             outputs[name] = np.fromfile(raw, np.float32).reshape(q["shape"]).transpose(np.argsort(perm)).astype(dtype)
         shutil.rmtree(folder.parent, ignore_errors=True)   # scratch only: nothing is left beside the targets
         return outputs

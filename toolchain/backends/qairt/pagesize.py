@@ -57,7 +57,8 @@ def load_segments(path: str) -> tuple[str, list[dict]]:
 
 def check(libs: dict, min_align: int, out: str, log: str):
     """Record every lib's LOAD alignment; fail on an aarch64-android lib below `min_align` or of another arch."""
-    record, lines, problems = {"min_align": min_align, "libs": {}}, [], []
+    record: dict = {"min_align": min_align, "libs": {}}
+    lines, problems = [], []
     for target, path in libs.items():
         try:
             machine, segments = load_segments(path)

@@ -137,7 +137,7 @@ def preflight(models, chips: dict, root: str | None, python: str) -> Sdk:
     """Check everything the QAIRT models need before any task runs: one error naming every missing piece.
     `root`: the SDK ($QNN_SDK_ROOT), `python`: the converter's ($QAIRT_PYTHON), both from toolchain/options.py."""
     problems, build_id, source = layout_problems(root), None, ""
-    if not problems:
+    if root and not problems:   # layout_problems() names a missing root
         for arch, users in sorted(_arch_users(models, chips).items()):
             for kind in device_libraries(arch).values():
                 problems += [f"{root}/{rel} is missing: this SDK has no HTP v{arch} libraries for {users}; "
@@ -164,8 +164,10 @@ def preflight(models, chips: dict, root: str | None, python: str) -> Sdk:
     if not ndk and any(m.compile["android_libs"] == "auto" for m in models):
         print(f"qairt: ndk-build is not on PATH: building {HOST} model libs only, no {ANDROID} libs "
               f"(put the Android NDK on PATH to build them)", file=sys.stderr)
-    return Sdk(root=root, build_id=build_id, build_id_source=source, python=shutil.which(python),
-               python_version=version, ndk_build=ndk)
+    converter = shutil.which(python)
+    assert root and build_id and converter and version   # else a problem above names what is missing
+    return Sdk(root=root, build_id=build_id, build_id_source=source, python=converter, python_version=version,
+               ndk_build=ndk)
 
 
 def _arch_users(models, chips: dict) -> dict:
