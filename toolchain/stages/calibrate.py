@@ -10,7 +10,6 @@ order, so read() gives ONNX-layout feeds back from either. The samples the defau
 tier checks ([verify] clips) are held out, so that check always runs on data the quantizer never saw."""
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -57,11 +56,6 @@ def tasks(project: Project):
                    "uptodate": [config_changed({k: kwargs[k] for k in ("count", "inputs", "layout", "held_out")})]}
 
 
-def _generic_feeds(module, io: dict, count: int, run, sample) -> dict:
-    """Without calibration_feeds(): the model's graph_feeds(), or seeded generated inputs (modeldata.feeds)."""
-    return modeldata.feeds(module, run, sample, io, count)
-
-
 def permutation(layout: str, shape: list) -> list[int]:
     return list(native_permutation(len(shape)) if layout == "qnn" else range(len(shape)))
 
@@ -83,7 +77,9 @@ def write(module_file: str, onnx_files: dict, data_dir, graph: str, inputs: list
         feeds_of = modeldata.with_io(module.calibration_feeds, io or {})
     else:
         wanted = io if io and hasattr(module, "graph_feeds") else {graph: {"inputs": inputs}}
-        feeds_of = functools.partial(_generic_feeds, module, wanted, count)
+        # the model's graph_feeds(), or seeded generated inputs
+        def feeds_of(run, sample):
+            return modeldata.feeds(module, run, sample, wanted, count)
     feeds, used = [], []
     for sample in samples:
         got = feeds_of(lambda g, f: cpu[g](f), sample).get(graph)
