@@ -2,11 +2,12 @@
 """Can a QAIRT family's x86 HTP simulator run a context whose weights are shared between graphs? (issue 34)
 
 Two tiny graphs that hold the same 256x256 weight ([1, 8, 256] and [1, 16, 256] inputs: two "windows") are compiled
-into one context by the EP's own sharing (`ep.share_ep_contexts`, as `doit share` does), and, as the control, the
-first graph alone into a plain context. Each context is then loaded and run on the simulator in a fresh process
-(the EP's bytes and state depend on what its process did before) and compared with numpy. Per family: the shared
-binary's size against the weights stored twice, and how each load ended (ran, an error, or the signal that killed
-the process).
+into one context by the EP's own sharing (`ep.share_ep_contexts`, as `doit share` does), and, as the control, each
+graph alone into a plain context of its own. Each graph is then loaded and run on the simulator from each context in
+a fresh process (the EP's bytes and state depend on what its process did before) and compared with numpy. Per
+family: the shared binary's size against the two plain ones, and how each load ended (ran, an error, or the signal
+that killed the process). The child repeats the EP session set-up of toolchain/backends/ort_qnn/ep.py because a
+family's interpreter does not have the toolchain.
 
     python bench/shared_simulator.py [--python PY ...] [--chip SM8750] [--out FILE]
 

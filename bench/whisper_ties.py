@@ -55,6 +55,7 @@ def ties(build: Path, data: str, seconds: int, clip: str, sim_text: str) -> dict
     # where the simulator's text departs: the first token of the CPU's decode (eot included) it does not share
     cpu = [*tokens, tok.eot]
     departs = next((i for i, (a, b) in enumerate(zip(cpu, [*sim, tok.eot])) if a != b), min(len(cpu), len(sim)))
+
     def text(t: int) -> str:
         return "<|endoftext|>" if t == tok.eot else tok.decode([t])
 
