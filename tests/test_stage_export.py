@@ -66,9 +66,10 @@ import onnx
 from onnx import helper as h, TensorProto as T, numpy_helper as nh
 scale = float(sys.argv[sys.argv.index("--scale") + 1])
 w = nh.from_array((np.arange(16 * 8, dtype=np.float32).reshape(16, 8) / 100 * scale), "w")
+batch = "n" if "--dynamic" in sys.argv else 1   # a symbolic batch, as many exporters write it
 g = h.make_graph([h.make_node("MatMul", ["x", "w"], ["m"]), h.make_node("Relu", ["m"], ["y"])], "g",
-                 [h.make_tensor_value_info("x", T.FLOAT, [1, 16])], [h.make_tensor_value_info("y", T.FLOAT, [1, 8])],
-                 [w])
+                 [h.make_tensor_value_info("x", T.FLOAT, [batch, 16])],
+                 [h.make_tensor_value_info("y", T.FLOAT, [batch, 8])], [w])
 onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), sys.argv[sys.argv.index("--output") + 1])
 '''
 
@@ -125,6 +126,89 @@ def test_a_given_onnx_file_is_pinned_by_sha256(project):
     subprocess.run([sys.executable, "make_onnx.py", "--scale", "3", "--output", "given.onnx"], cwd=models, check=True)
     rc, _, text = project.run()
     assert rc == 1 and f"the spec pins {sha}" in text
+
+
+def test_a_command_made_onnx_with_symbolic_axes_is_pinned_like_a_given_file(project):
+    models = project.root / "models"
+    (models / "make_onnx.py").write_text(MAKE_ONNX)
+    (models / "plain.py").write_text('"""No export code: the ONNX comes from make_onnx.py."""\n')
+    source = ('{ command = ["{python}", "make_onnx.py", "--scale", "1", "--dynamic", "--output", "{out}"], '
+              'reads = ["make_onnx.py"] }')
+    (models / "ext.toml").write_text(textwrap.dedent(EXTERNAL.format(source=source)))
+    rc, _, text = project.run("inspect")
+    assert rc == 0, text
+    record = json.loads((project.root / "build/ext/net/export.json").read_text())
+    assert record["pinned"] == {"x": {"0": "n -> 1"}}
+
+
+def _tar_of(models, members: dict) -> str:
+    import io
+    import tarfile
+    with tarfile.open(models / "nets.tar.gz", "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return sha256(models / "nets.tar.gz")
+
+
+def test_a_member_of_an_archive_is_a_given_onnx_pinned_by_both_sha256(project):
+    models = project.root / "models"
+    (models / "make_onnx.py").write_text(MAKE_ONNX)
+    subprocess.run([sys.executable, "make_onnx.py", "--scale", "1", "--dynamic", "--output", "net.onnx"], cwd=models,
+                   check=True)
+    data = (models / "net.onnx").read_bytes()
+    (models / "net.onnx").unlink()
+    archive_sha = _tar_of(models, {"nets/README": b"two nets", "nets/net.onnx": data})
+    (models / "plain.py").write_text('"""No export code: the ONNX is in an archive."""\n')
+    member_sha = hashlib.sha256(data).hexdigest()
+
+    def declare(member: str, sha: str = member_sha) -> None:
+        source = (f'{{ archive = "nets.tar.gz", member = "{member}", archive_sha256 = "{archive_sha}", '
+                  f'sha256 = "{sha}" }}')
+        (models / "arc.toml").write_text(textwrap.dedent(EXTERNAL.format(source=source)))
+    declare("nets/net.onnx")
+    rc, _, text = project.run("inspect")
+    assert rc == 0, text
+    record = json.loads((project.root / "build/arc/net/export.json").read_text())
+    assert record["pinned"] == {"x": {"0": "n -> 1"}} and record["settings"]["onnx"] == "nets.tar.gz!nets/net.onnx"
+    assert not list((project.root / "build/arc/net").glob("*.member"))   # the extracted copy does not stay
+    declare("nets/other.onnx")
+    rc, _, text = project.run("export")
+    assert rc == 1 and "nets.tar.gz: no member nets/other.onnx" in text, text
+    declare("nets/README", sha="0" * 64)
+    rc, _, text = project.run("export")
+    assert rc == 1 and f"the spec pins {'0' * 64}" in text, text
+    declare("../net.onnx")
+    rc, _, _ = project.run("list")
+    assert rc == 3
+
+
+def test_a_dynamically_quantised_onnx_is_refused_for_its_ops_not_its_shapes(project):
+    """onnxruntime's int8 contrib ops have no ONNX shape inference: the batch stays symbolic, but the reason to
+    give is the ops."""
+    models = project.root / "models"
+    subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import numpy as np, onnx
+        from onnx import helper as h, TensorProto as T, numpy_helper as nh
+        nodes = [h.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"]),
+                 h.make_node("MatMulInteger", ["q", "w", "z"], ["acc"]),
+                 h.make_node("DynamicQuantizeLSTM", ["acc"], ["y"], domain="com.microsoft")]
+        g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, ["n", 16])],
+                         [h.make_tensor_value_info("y", T.FLOAT, ["n", 8])],
+                         [nh.from_array(np.ones((16, 8), np.uint8), "w")])
+        onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1)]),
+                  "q.onnx")""")], cwd=models, check=True)
+    (models / "plain.py").write_text('"""No export code: the ONNX is given."""\n')
+    (models / "q.toml").write_text(textwrap.dedent(EXTERNAL.format(
+        source=f'{{ onnx = "q.onnx", sha256 = "{sha256(models / "q.onnx")}" }}')))
+    rc, _, text = project.run("export")
+    line = next(li for li in text.splitlines() if "outside the ONNX standard set" in li)
+    assert rc == 1 and ("q.onnx (a given ONNX): the graph holds ops outside the ONNX standard set: ai.onnx "
+                        "DynamicQuantizeLinear x1, ai.onnx MatMulInteger x1, com.microsoft DynamicQuantizeLSTM x1; "
+                        "it is a dynamically quantised int8 model") in line, line
+    assert "bring the float model" in line and "dynamic" not in line.split("int8 model")[0].split("set:")[0]
+    assert "stays dynamic" not in text
 
 
 # ---- a given ONNX with dynamic axes, from an installed package -----------------------------------------------

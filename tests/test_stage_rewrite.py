@@ -57,7 +57,7 @@ def test_a_given_onnx_builds_from_its_toml_with_rewrite_auto(denoiser):
     assert "rewrite:den" in executed and "parity:den" not in executed   # no reference: the rewrites still proven
     proof = json.loads((denoiser.root / "build/den/rewrite.json").read_text())
     assert proof["tensors"]["net"]["max_abs"] < 1e-5 and proof["tensors"]["net"]["calls"] == 3
-    applied = ["lstm-default-activations", "gather-high-rank", "convtranspose-as-conv", "pow-square-as-mul",
+    applied = ["lstm-default-activations", "high-rank-fold", "convtranspose-as-conv", "pow-square-as-mul",
                "conv-dilated-polyphase"]
     for chip in ("SM8550", "SM8750"):
         manifest = json.loads((denoiser.root / f"build/den/ort-qnn/{chip}/manifest.json").read_text())
@@ -84,12 +84,15 @@ def test_without_the_rewrites_the_build_names_node_reason_and_rewrite(denoiser):
     line = next(li for li in text.splitlines() if "would run on the CPU" in li)
     assert ("/up/ConvTranspose (ConvTranspose: QNN EP: QNN's TransposeConv2d operator only supports default "
             "dilation values of 1.; the rewrite 'convtranspose-as-conv' makes the HTP take it)") in line
-    assert "/unfold/Gather (Gather: Failed to add node.; the rewrite 'gather-high-rank' makes" in line
+    assert ("/unfold/Gather (Gather: output frames has rank 6 > 5, the HTP's most; the rewrite 'high-rank-fold' "
+            "makes") in line
+    assert "export" not in line   # a given file: the rules are the way, not an export it does not have
     assert ("/rnn/LSTM (LSTM: QNN EP doesn't support non-default activations for LSTM.; the rewrite "
             "'lstm-default-activations' makes") in line
     record = json.loads((denoiser.root / "build/den/ort-qnn/net/net.convert.json").read_text())
     assert {n["node"]: n["rewrite"] for n in record["cpu_nodes"]} == {
-        "/up/ConvTranspose": "convtranspose-as-conv", "/unfold/Gather": "gather-high-rank", "/unfold/Reshape": "",
+        "/up/ConvTranspose": "convtranspose-as-conv", "/unfold/Gather": "high-rank-fold",
+        "/unfold/Reshape": "high-rank-fold",
         "/rnn/LSTM": "lstm-default-activations"}
 
 

@@ -8,12 +8,13 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from toolchain.rewrites import known_wrong
+from toolchain.rewrites import known_wrong, rank
 from toolchain.rewrites.view import GraphView, attribute
 
 # numpy is imported where used: doit's own process loads this module on every run (tests/test_engine_worker.py)
 
 AUTO = "auto"
+RENAMED = {"gather-high-rank": "high-rank-fold"}   # 0.12: one Gather's form; 0.13: every rank > 5 chain
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class Rule:
     op_types: tuple[str, ...]
     applies: Callable   # (GraphView, node) -> bool: the rewrite is defined for this node (explicit `rewrite = [...]`)
     needed: Callable    # (GraphView, node) -> bool: the HTP refuses or miscomputes the node as written ("auto")
-    apply: Callable     # (GraphView, node) -> None: replaces the node in the view
+    apply: Callable     # (GraphView, node) -> None, or the labels of all the nodes it replaced (a chain rule)
 
     @property
     def why(self) -> str:
@@ -44,6 +45,8 @@ def problems(declared) -> str:
     if not isinstance(declared, (list, tuple)) or not declared or not all(isinstance(n, str) for n in declared):
         return f"expected \"auto\" or a list of rewrite names ({', '.join(known)}), got {declared!r}"
     for name in declared:
+        if name in RENAMED:
+            return f"the rewrite {name!r} is now {RENAMED[name]!r} (it folds every chain of rank > 5 tensors)"
         if name not in known:
             import difflib  # for an error's suggestion only: not at every load
             close = difflib.get_close_matches(name, known, n=1)
@@ -63,11 +66,11 @@ def apply(onnx_model, declared) -> list[dict]:
         if declared != AUTO and rule.name not in declared:
             continue
         test = rule.needed if declared == AUTO else rule.applies
-        touched = []
+        touched: list[str] = []
         for node in list(view.graph.node):
-            if node.op_type in rule.op_types and test(view, node):
-                touched.append(view.label(node))
-                rule.apply(view, node)
+            if node.op_type in rule.op_types and node in view.graph.node and test(view, node):
+                label = view.label(node)
+                touched.extend(rule.apply(view, node) or [label])   # a chain rule names every node it replaced
         if touched:
             applied.append({"rewrite": rule.name, "nodes": touched})
     if applied:
@@ -77,11 +80,24 @@ def apply(onnx_model, declared) -> list[dict]:
 
 def for_node(onnx_model, node_name: str) -> str:
     """The rule that would make the HTP take this node ("" when none does): what a failing convert suggests."""
+    return for_nodes(onnx_model, [node_name])[0][0]
+
+
+def for_nodes(onnx_model, names: list[str]) -> list[tuple[str, str]]:
+    """For each named node: the rule that would make the HTP take it ("" for none), and the limit of the HTP its
+    tensors break ("" when none is measured: limits.py), on one view of the graph."""
+    from toolchain.rewrites import limits
     view = GraphView(onnx_model)
-    for node in view.graph.node:
-        if node.name == node_name:
-            return next((r.name for r in rules().values() if node.op_type in r.op_types and r.needed(view, node)), "")
-    return ""
+    by_name = {node.name: node for node in view.graph.node if node.name}
+    found = []
+    for name in names:
+        node = by_name.get(name)
+        if node is None:
+            found.append(("", ""))
+            continue
+        rule = next((r.name for r in rules().values() if node.op_type in r.op_types and r.needed(view, node)), "")
+        found.append((rule, limits.broken(view, node)))
+    return found
 
 
 # ---- LSTM whose `activations` attribute spells out the defaults ----
@@ -110,41 +126,21 @@ def lstm_default_activations(view: GraphView, node) -> None:
     view.replace(node, [new])
 
 
-# ---- Gather whose output has more than 5 dimensions (the "unfold" idiom) ----
+# ---- any chain of nodes carrying a tensor of rank > 5 (the "unfold" idiom, and every other form) ----
 
-MAX_RANK = 5   # the HTP's tensors: a rank-6 tensor fails every op that makes or reads it ("Failed to add node.")
-
-
-def _gather_high_rank(view: GraphView, node) -> bool:
-    out = view.shape(node.output[0])
-    data, indices = view.shape(node.input[0]), view.shape(node.input[1])
-    if out is None or data is None or indices is None or len(out) <= MAX_RANK or view.is_output(node.output[0]):
-        return False
-    users = view.consumers(node.output[0])
-    return bool(users) and all(u.op_type == "Reshape" and u.input[0] == node.output[0] for u in users)
+def _rank_chain(view: GraphView, node) -> bool:
+    return rank.foldable(view, node)
 
 
-def gather_high_rank(view: GraphView, node) -> None:
-    """A Gather whose output has rank > 5 and is only reshaped gathers flat indices instead (its output keeps the
-    data's rank) and the reshapes read that.
+def high_rank_fold(view: GraphView, node) -> list[str]:
+    """Every chain of nodes that carries a tensor of rank > 5 between legal tensors (Gather, Transpose, Reshape,
+    Squeeze/Unsqueeze, Slice, Concat, elementwise) is computed at rank <= 5: size-1 axes dropped, axes that move
+    together folded into one (rank.py says how the folds are solved).
 
-    The HTP holds tensors of rank 5 at most: the EP leaves a Gather with a rank-6 output on the CPU with no reason
-    but "Failed to add node." (and so every node that reads it), measured on [1,4,8,10] gathered by [2,3,5]
-    indices. Frame-splitting code ("unfold": Gather with 2-D indices, then Reshape) makes such a Gather."""
-    import numpy as np
-    indices = view.constant(node.input[1])
-    if indices is not None:
-        flat = view.add_constant(f"{node.input[1]}_flat", indices.reshape(-1))
-        before = []
-    else:
-        flat = view.fresh(f"{node.input[1]}_flat")
-        before = [view.node("Reshape", [node.input[1], view.add_constant("minus_one", np.array([-1], np.int64))],
-                            [flat], f"{node.name or 'Gather'}_flatten_indices")]
-    gathered = view.fresh(f"{node.output[0]}_flat")
-    for user in view.consumers(node.output[0]):
-        user.input[0] = gathered
-    view.replace(node, [*before, view.node("Gather", [node.input[0], flat], [gathered], node.name or "Gather",
-                                           axis=attribute(node, "axis", 0))])
+    The HTP holds tensors of rank 5 at most: the EP leaves every node that makes or reads a rank-6 tensor on the
+    CPU with no reason but "Failed to add node." (measured on a Gather of [1,4,8,10] by [2,3,5] indices, and on a
+    speech enhancer's unfold: Gather of a rank-5 tensor by [3,129] indices, a rank-6 Transpose, a Reshape)."""
+    return rank.fold(view, node)
 
 
 # ---- dilated ConvTranspose with stride 1 ----
@@ -258,10 +254,35 @@ def conv_dilated_polyphase(view: GraphView, node) -> None:
     view.replace(node, nodes)
 
 
+# ---- Clip whose min or max is computed ----
+
+def _clip_computed_bounds(view: GraphView, node) -> bool:
+    bounds = [t for t in node.input[1:3] if t]
+    return any(view.constant(t) is None for t in bounds)
+
+
+def clip_as_max_min(view: GraphView, node) -> None:
+    """A Clip whose min or max is computed from the data becomes Max(x, min) then Min(_, max) (each only where
+    the bound is given): the same values, Clip being defined as exactly that.
+
+    The HTP's Clip takes constant bounds only: "QNN doesn't support dynamic min/max." (the EP's log; the node runs
+    on the CPU), e.g. a log-mel front end's top-dB floor, Clip(x, min = ReduceMax(x) - 80); its elementwise Maximum
+    and Minimum take computed tensors."""
+    x, base = node.input[0], node.name or "Clip"
+    bounds = [(op, t) for op, t in (("Max", node.input[1] if len(node.input) > 1 else ""),
+                                    ("Min", node.input[2] if len(node.input) > 2 else "")) if t]
+    nodes = []
+    for i, (op, bound) in enumerate(bounds):
+        out = list(node.output) if i == len(bounds) - 1 else [view.fresh(f"{base}_{op.lower()}")]
+        nodes.append(view.node(op, [x, bound], out, f"{base}_{op.lower()}"))
+        x = out[0]
+    view.replace(node, nodes)
+
+
 RULES = (
     Rule("lstm-default-activations", ("LSTM",), _lstm_restates_defaults, _lstm_restates_defaults,
          lstm_default_activations),
-    Rule("gather-high-rank", ("Gather",), _gather_high_rank, _gather_high_rank, gather_high_rank),
+    Rule("high-rank-fold", rank.OP_TYPES, _rank_chain, _rank_chain, high_rank_fold),
     Rule("convtranspose-as-conv", ("ConvTranspose",), _transpose_as_conv,
          lambda view, node: _transpose_as_conv(view, node) and any(d > 1 for d in _spatial(view, node)[1]),
          convtranspose_as_conv),
@@ -269,4 +290,5 @@ RULES = (
     Rule("conv-dilated-polyphase", ("Conv",), _dilated_conv_1d,
          lambda view, node: _dilated_conv_1d(view, node) and known_wrong.match(view, node) is not None,
          conv_dilated_polyphase),
+    Rule("clip-computed-bounds", ("Clip",), _clip_computed_bounds, _clip_computed_bounds, clip_as_max_min),
 )

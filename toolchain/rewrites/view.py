@@ -42,6 +42,13 @@ class GraphView:
         value = self.constant(name)
         return tuple(value.shape) if value is not None else None
 
+    def dtype(self, name: str) -> int | None:
+        """A tensor's onnx element type (TensorProto enum), None when unknown."""
+        for info in (*self.graph.input, *self.graph.value_info, *self.graph.output):
+            if info.name == name:
+                return info.type.tensor_type.elem_type or None
+        return next((i.data_type for i in self.graph.initializer if i.name == name), None)
+
     def consumers(self, name: str) -> list:
         return [n for n in self.graph.node if name in n.input]
 

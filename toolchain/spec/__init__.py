@@ -104,7 +104,7 @@ def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
     if "windows" in data:   # each window a graph of its own, after the declared ones (spec/windows.py)
         windows_record, copies = windows.windows(top.sub("windows"), graphs)
         graphs += copies
-    given_only = checkpoint is None and all(g.source and g.source[0] == "onnx" for g in graphs)
+    given_only = checkpoint is None and all(g.source and g.source[0] in ("onnx", "archive") for g in graphs)
     parity_settings = _parity(parity_table, given_only)
 
     description = top.opt("description", str, "")

@@ -58,6 +58,32 @@ def package_file(t: Table, requirement: str, inner: str) -> Path:
     return Path(str(dist.locate_file(inner)))
 
 
+ARCHIVES = (".tar.gz", ".tgz", ".tar", ".zip")
+
+
+def _archive_member(t: Table, here: Path) -> tuple:
+    """("archive", the archive's path, its sha256, the member, the member's sha256, origin): both pinned, so
+    neither another archive nor another file in it is taken. The archive is opened by the export, not at load."""
+    for key in ("archive_sha256", "sha256"):
+        value = t.req(key, str)
+        if not SHA256.match(value):
+            t.fail(key, f"expected 64 lower-case hex digits, got {value!r}")
+    archive, member = t.req("archive", str), t.req("member", str)
+    if not archive.endswith(ARCHIVES):
+        t.fail("archive", f"{archive!r}: expected a {', '.join(ARCHIVES)} file")
+    if member.startswith("/") or ".." in Path(member).parts or not member.strip():
+        t.fail("member", f"{member!r}: a path inside the archive (no leading '/', no '..')")
+    if "package" in t.data:
+        requirement = t.req("package", str)
+        path, origin = package_file(t, requirement, archive), f"pypi:{requirement}/{archive}!{member}"
+    else:
+        path, origin = here / archive, f"{archive}!{member}"
+    t.done()
+    if not Path(path).is_file():
+        t.fail("archive", f"no file {path}")
+    return ("archive", str(path), t.data["archive_sha256"], member, t.data["sha256"], origin)
+
+
 def requires(top: Table) -> Settings:
     """`requires = ["librosa>=0.10", ...]`: the model code's own packages, each installed and matching, or
     one line naming it; {requirement: installed version} (recorded in the manifest and export settings)."""
@@ -86,7 +112,10 @@ def requires(top: Table) -> Settings:
 
 def source(t: Table, here: Path) -> tuple:
     """An external exporter's command line (with {out} and {python}) and the files it reads, or a given ONNX:
-    a file beside the spec (onnx = "<path>") or one inside an installed package (package + file)."""
+    a file beside the spec (onnx = "<path>") or one inside an installed package (package + file), or a member of
+    an archive (.tar.gz, .tgz, .tar, .zip) beside the spec or inside a package (archive + member)."""
+    if "archive" in t.data:
+        return _archive_member(t, here)
     if "onnx" in t.data or "package" in t.data:
         sha = t.req("sha256", str)
         if not SHA256.match(sha):

@@ -1,6 +1,7 @@
 """Checkpoint -> one static-shape ONNX per graph, by the model's own export code."""
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 import subprocess
@@ -80,10 +81,17 @@ def _external_task(model, graph, out: str, record: str, log: str) -> dict:
         kwargs = {"src": path, "sha": sha, "out": out, "record": record, "io": io_record(graph), "origin": origin}
         deps, what, action = [path], f"given ONNX {origin}, shapes pinned to the spec's", given
         settings = {"onnx": sha, "io": io_record(graph)}
+    elif kind == "archive":
+        path, archive_sha, member, sha, origin = rest
+        kwargs = {"archive": path, "archive_sha": archive_sha, "member": member, "sha": sha, "out": out,
+                  "record": record, "io": io_record(graph), "origin": origin}
+        deps, what, action = [path], f"member of an archive {origin}, shapes pinned to the spec's", given_member
+        settings = {"archive": archive_sha, "member": member, "onnx": sha, "io": io_record(graph)}
     else:
         argv, reads, cwd = rest
         tools = {"python": sys.version.split()[0], **dict(model.requires)}
-        kwargs = {"argv": list(argv), "cwd": cwd, "out": out, "record": record, "tools": tools}
+        kwargs = {"argv": list(argv), "cwd": cwd, "out": out, "record": record, "tools": tools,
+                  "io": io_record(graph)}
         deps, what, action = list(reads), "command", external
         settings = {"command": list(argv), "io": io_record(graph), **({"tools": tools} if model.requires else {})}
     return {"name": f"{model.name}/{graph.name}",
@@ -113,9 +121,10 @@ def export(module_file: str, checkpoint: str, graph: str, settings: dict, out: s
                         "tool": tool_version(), "commit": repo_commit()})
 
 
-def external(argv: list, cwd: str, out: str, record: str, tools: dict | None = None):
+def external(argv: list, cwd: str, out: str, record: str, tools: dict | None = None, io: dict | None = None):
     """Run an external exporter in the spec's folder; {out} is where it must write the ONNX, {python} this
-    interpreter. The record keeps the argv, the ONNX's sha256 and the tools (Python, the spec's `requires`)."""
+    interpreter. Its dynamic input axes are pinned to the declared shapes as a given file's are. The record keeps
+    the argv, the ONNX's sha256, what was pinned and the tools (Python, the spec's `requires`)."""
     started = time.monotonic()
     with atomic_path(out) as tmp:
         resolved = [a.replace("{out}", str(tmp.resolve())).replace("{python}", sys.executable) for a in argv]
@@ -130,8 +139,43 @@ def external(argv: list, cwd: str, out: str, record: str, tools: dict | None = N
         if not os.path.getsize(tmp):
             raise StageFailed(f"export command wrote nothing to {{out}}: {' '.join(argv)}")
         onnx_or_fail(tmp, f"export command {' '.join(argv)} wrote")
+        pinned = _pinned(str(tmp), io, f"the ONNX of the export command {' '.join(argv)}") if io else {}
     write_json(record, {"seconds": round(time.monotonic() - started, 2), "settings": {"command": argv, "cwd": cwd},
-                        "tool": tools or {}, "onnx_sha256": sha256(out), "commit": repo_commit()})
+                        "tool": tools or {}, "onnx_sha256": sha256(out), "pinned": pinned, "commit": repo_commit()})
+
+
+def _pinned(path: str, io: dict, where: str) -> dict:
+    """A made ONNX refused for foreign ops or pinned to the declared shapes in place, like a given one."""
+    import onnx
+    model = onnx.load(path)
+    refuse_foreign_ops(model, where)
+    pinned = pin_shapes(model, io, where)
+    if pinned:
+        onnx.save(model, path)
+    return pinned
+
+
+# Integer ops of ONNX's own domain that only a dynamically quantised model holds (the HTP takes QDQ, not these)
+DYNAMIC_INT8 = {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger"}
+
+
+def refuse_foreign_ops(onnx_model, where: str) -> None:
+    """One line for a graph the HTP cannot take by construction, before any shape message: ops outside the ONNX
+    domain (onnxruntime's contrib ops, custom ops; they have no ONNX shape inference either) or the integer ops of
+    dynamic int8 quantisation, named with their domain and what to bring instead."""
+    found = collections.Counter((n.domain or "ai.onnx", n.op_type) for n in onnx_model.graph.node
+                                if n.domain not in ("", "ai.onnx") or n.op_type in DYNAMIC_INT8)
+    if not found:
+        return
+    listed = ", ".join(f"{domain} {op} x{count}" for (domain, op), count in sorted(found.items()))
+    quantised = any("Quantize" in op or "Integer" in op for _, op in found)
+    instead = ("it is a dynamically quantised int8 model (onnxruntime's CPU-only int8 kernels); the HTP has none "
+               "of these ops: bring the float model it was quantised from and let QNN quantise it "
+               "(precision = \"w8a16\" in the graph's table, with calibration data: docs/precision.md)"
+               if quantised else
+               "the HTP has none of these ops (no ONNX shape inference either): bring the model in standard ONNX "
+               "ops (the float export before any onnxruntime optimisation or custom op)")
+    raise StageFailed(f"{where}: the graph holds ops outside the ONNX standard set: {listed}; {instead}")
 
 
 def given(src: str, sha: str, out: str, record: str, io: dict, origin: str = ""):
@@ -143,6 +187,7 @@ def given(src: str, sha: str, out: str, record: str, io: dict, origin: str = "")
         raise StageFailed(f"{src}: sha256 {actual}, the spec pins {sha}")
     onnx_or_fail(src, f"{src} is")
     model = onnx.load(src)
+    refuse_foreign_ops(model, f"{origin or src} (a given ONNX)")
     pinned = pin_shapes(model, io, origin or src)
     with atomic_path(out) as tmp:
         if pinned:
@@ -152,6 +197,43 @@ def given(src: str, sha: str, out: str, record: str, io: dict, origin: str = "")
     write_json(record, {"seconds": 0, "settings": {"onnx": origin or src, "sha256": sha}, "pinned": pinned,
                         "onnx_sha256": sha256(out), "tool": {"onnx": versions.version("onnx")},
                         "commit": repo_commit()})
+
+
+def given_member(archive: str, archive_sha: str, member: str, sha: str, out: str, record: str, io: dict,
+                 origin: str):
+    """A given ONNX that is a member of an archive (a package's .tar.gz or .zip): the archive's bytes checked, the
+    member (a regular file) read out beside `out`, then taken as any given file."""
+    actual = sha256(archive)
+    if actual != archive_sha:
+        raise StageFailed(f"{archive}: sha256 {actual}, the spec pins archive_sha256 = {archive_sha}")
+    extracted = f"{out}.member"
+    with atomic_path(extracted) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(read_member(archive, member))
+    try:
+        given(extracted, sha, out, record, io, origin)
+    finally:
+        os.remove(extracted)
+
+
+def read_member(archive: str, member: str) -> bytes:
+    """The bytes of one regular file inside a tar or zip archive; one line naming the archive when it is not there."""
+    import tarfile
+    import zipfile
+    try:
+        if archive.endswith(".zip"):
+            with zipfile.ZipFile(archive) as z:
+                return z.read(member)
+        with tarfile.open(archive) as tar:
+            info = tar.getmember(member)
+            handle = tar.extractfile(info) if info.isfile() else None
+            if handle is None:
+                raise StageFailed(f"{archive}: member {member} is not a regular file (a link or a folder)")
+            return handle.read()
+    except KeyError:
+        raise StageFailed(f"{archive}: no member {member}") from None
+    except (tarfile.TarError, zipfile.BadZipFile, OSError) as err:
+        raise StageFailed(f"{archive}: not a readable archive ({err})") from None
 
 
 def pin_shapes(onnx_model, io: dict, where: str) -> dict:

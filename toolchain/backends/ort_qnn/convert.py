@@ -46,8 +46,9 @@ def _tasks(project: Project, model, family: str):
         src, targets = artifacts.compile_source(model, graph), outputs(model, graph, family)
         log = artifacts.stage_log(model, graph, "convert", family=family)
         options = lowering_options(project.chips[model.chips[0]], model, graph, family)
+        given = graph.source[-1] if graph.source and graph.source[0] in ("onnx", "archive") else ""   # no export
         kwargs = {"src": src, "source_c": targets[0], "weights": targets[1], "record": targets[2],
-                  "options": options}
+                  "options": options, "given": given}
         saver = [] if family else [ep.saver_library()]   # a family's Saver is in its environment (its record)
         yield {"name": f"{model.name}/{graph.name}{families.tag(family)}",
                "doc": f"{model.name}/{graph.name}: QNN Saver recording of the EP's HTP lowering -> "
@@ -85,7 +86,7 @@ def lowering_options(chip, model, graph, family: str = "") -> dict:
     return found if family else {**found, "qnn_saver_path": ep.saver_library()}
 
 
-def record(src: str, source_c: str, weights: str, record: str, options: dict):
+def record(src: str, source_c: str, weights: str, record: str, options: dict, given: str = ""):
     """Record the lowering in a fresh temp folder (absolute paths: the step then changes its working folder)."""
     src, source_c, weights, record = (os.path.abspath(p) for p in (src, source_c, weights, record))
     options = {**options, "qnn_saver_path": options.get("qnn_saver_path") or ep.saver_library()}
@@ -95,7 +96,7 @@ def record(src: str, source_c: str, weights: str, record: str, options: dict):
     try:
         os.chdir(scratch)
         try:
-            ep.lower(src, options)   # raises StageFailed naming the nodes the HTP cannot take
+            ep.lower(src, options, given)   # raises StageFailed naming the nodes the HTP cannot take
         except ep.OffTheHtp as err:   # the record says which and why (the EP's reason), for tools and people
             write_json(record, {"status": "failed", "cpu_nodes": [{"node": name, "op_type": op, "reason": why,
                                                                    "rewrite": rule}

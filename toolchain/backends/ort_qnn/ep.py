@@ -162,13 +162,17 @@ def compile_shared(src: str, options: dict, config: dict) -> None:
     _checked_session(src, options, {"ep.context_enable": "1", "ep.context_embed_mode": "0", **config}, "compile")
 
 
-def lower(src: str, options: dict) -> None:
+def lower(src: str, options: dict, given: str = "") -> None:
     """Create (and drop) an EP session on `src` with CPU fallback disabled and no context output: with
-    `qnn_saver_path` in `options` the QNN Saver records the EP's HTP lowering in ./saver_output/ (convert.py)."""
-    _checked_session(src, options, {}, "lowering for the HTP")
+    `qnn_saver_path` in `options` the QNN Saver records the EP's HTP lowering in ./saver_output/ (convert.py).
+    `given`: where a given ONNX came from ("" for an export), for the advice of a refusal."""
+    _checked_session(src, options, {}, "lowering for the HTP", given)
 
 
-def _checked_session(src: str, options: dict, config: dict, what: str) -> None:
+GENERIC = ("", "Failed to add node.")   # the EP's words when it says nothing about the cause
+
+
+def _checked_session(src: str, options: dict, config: dict, what: str, given: str = "") -> None:
     """An EP session on `src`'s bytes with CPU fallback disabled; a failure is one line, naming the nodes the
     HTP cannot take when that is why (the EP reports them only as an exception)."""
     config = {"session.disable_cpu_ep_fallback": "1", **config}
@@ -188,19 +192,37 @@ def _checked_session(src: str, options: dict, config: dict, what: str) -> None:
             hint = ("; a GELU exported at opset 18 is Erf, which the QNN EPs of QAIRT 2.47-2.49 leave on the CPU: "
                     "export at opset 20 (one Gelu node, every family takes it)"
                     if any(op == "Erf" for _, op, *_ in cpu) else "")
-            fix = ("apply the rewrites named (rewrite = [...] or \"auto\" in the graph's [graphs.<g>] table, "
-                   "docs/add-a-model.md) or fix the others in the export"
-                   if any(rule for *_, rule in named) else "fix them in the export (replace or rewrite these ops)")
-            raise OffTheHtp(f"{src}: {len(cpu)} node(s) would run on the CPU, not the HTP: {listed}; {fix}{hint}",
-                            named) from None
+            raise OffTheHtp(f"{src}: {len(cpu)} node(s) would run on the CPU, not the HTP: {listed}; "
+                            f"{advice(named, given)}{hint}", named) from None
         raise StageFailed(f"{src}: {what} failed: {str(err).strip().splitlines()[-1]}") from None
 
 
+def advice(named: list, given: str) -> str:
+    """The next step after a refusal: the rules that apply; for the rest, the export to fix, or, for a given ONNX
+    (which has no export), what is left to the user."""
+    ruled = any(rule for *_, rule in named)
+    unruled = [name or op for name, op, _, rule in named if not rule]
+    apply = ("apply the rewrites named (rewrite = [...] or \"auto\" in the graph's [graphs.<g>] table, "
+             "docs/add-a-model.md)")
+    if not unruled:
+        return apply
+    if given:
+        rest = (f"the graph is given ({given}), so there is no export to fix, and no rule of the library matches "
+                f"{', '.join(unruled[:3])}{' ...' if len(unruled) > 3 else ''}: cut the graph before them (declare "
+                f"the tensor before as the graph's output and run the rest on the host), or bring the model in a "
+                f"form without them")
+        return f"{apply}; {rest}" if ruled else rest
+    return f"{apply} or fix the others in the export" if ruled else \
+        "fix them in the export (replace or rewrite these ops)"
+
+
 def with_rewrites(src: str, cpu: list) -> list[tuple[str, str, str, str]]:
-    """Each CPU node with the legalizing rewrite that makes the HTP take it ("" for none: toolchain/rewrites)."""
+    """Each CPU node with its reason (the EP's, or the HTP limit its tensors break when the EP gives none) and the
+    legalizing rewrite that makes the HTP take it ("" for none: toolchain/rewrites)."""
     import onnx
-    onnx_model = onnx.load(src)
-    return [(name, op, reason, rewrites.for_node(onnx_model, name) if name else "") for name, op, reason in cpu]
+    found = rewrites.for_nodes(onnx.load(src), [name for name, _, _ in cpu])
+    return [(name, op, limit if limit and reason in GENERIC else reason, rule)
+            for (name, op, reason), (rule, limit) in zip(cpu, found)]
 
 
 class OffTheHtp(StageFailed):
