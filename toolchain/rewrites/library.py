@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from toolchain.rewrites import known_wrong, rank
+from toolchain.rewrites import known_wrong, limits, rank
 from toolchain.rewrites.view import GraphView, attribute
 
 # numpy is imported where used: doit's own process loads this module on every run (tests/test_engine_worker.py)
@@ -86,7 +86,6 @@ def for_node(onnx_model, node_name: str) -> str:
 def for_nodes(onnx_model, names: list[str]) -> list[tuple[str, str]]:
     """For each named node: the rule that would make the HTP take it ("" for none), and the limit of the HTP its
     tensors break ("" when none is measured: limits.py), on one view of the graph."""
-    from toolchain.rewrites import limits
     view = GraphView(onnx_model)
     by_name = {node.name: node for node in view.graph.node if node.name}
     found = []
