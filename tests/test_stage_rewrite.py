@@ -123,7 +123,7 @@ def test_a_rewrite_that_changes_the_outputs_fails_naming_it(tmp_path, monkeypatc
 
 @pytest.mark.parametrize("value, message", [
     ('["pow-squar"]', "unknown rewrite 'pow-squar'; did you mean 'pow-square-as-mul'?"),
-    ('"all"', 'expected "auto" or a list of rewrite names (lstm-default-activations, '),
+    ('"all"', 'expected "auto" or a list of rewrite names (if-as-where, lstm-default-activations, '),
     ("true", "graphs.net.rewrite: expected str or list, got True")])
 def test_a_rewrite_the_library_does_not_have_is_refused_at_load(denoiser, capsys, value, message):
     denoiser.declare(f"rewrite = {value}")

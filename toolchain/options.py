@@ -56,6 +56,8 @@ TABLE: tuple[Option, ...] = (
     Option("full", _chips, (), "the full verification tier (every sample) for these chips: a comma list, or all",
            examples=("SM8750", "SM8550,SM8650")),
     Option("extra", flag, False, "1: add the opt-in models of models/extra/", examples=("0", "1")),
+    Option("corpus", flag, False, "1: add the corpus of real models from packages, models/corpus/ (docs/corpus.md)",
+           examples=("0", "1")),
     Option("qairt", backends.check_families, "", "build this run for other QAIRT families: versions or runtime "
            "versions, a comma list, or all (docs/qairt-families.md)", examples=("2.49", "2.47,2.51")),
     # how it runs

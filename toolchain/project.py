@@ -65,11 +65,13 @@ class Project:
 
 def load(models_dir: str | Path, options: Options) -> Project:
     """Load every models/*.toml (and models/extra/*.toml with options["extra"]: opt-in models, too slow for
-    every build on 2 cores); options["full"]: the chips of the full tier; options["qairt"]: the command line's QAIRT
+    every build on 2 cores; models/corpus/*.toml with options["corpus"]: real models from packages);
+    options["full"]: the chips of the full tier; options["qairt"]: the command line's QAIRT
     families or runtime versions (comma list, 'all'), for every model that can take them (toolchain/options.py)."""
     extra, wanted = options["extra"], options["full"]
     chips = chip_table.load()
     files = spec_files(Path(models_dir)) + (spec_files(Path(models_dir, "extra")) if extra else [])
+    files += spec_files(Path(models_dir, "corpus")) if options["corpus"] else []
     models = tuple(m for f in files for m in spec.load_file(f, chips))
     names = [m.name for m in models]
     for name in names:

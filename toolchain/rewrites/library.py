@@ -99,6 +99,53 @@ def for_nodes(onnx_model, names: list[str]) -> list[tuple[str, str]]:
     return found
 
 
+# ---- If (control flow) whose branches are plain graphs ----
+
+def _branches(node) -> list:
+    """The then and else bodies of an If, in that order."""
+    bodies = {a.name: a.g for a in node.attribute}
+    return [bodies["then_branch"], bodies["else_branch"]]
+
+
+def _if_inlinable(view: GraphView, node) -> bool:
+    from onnx import AttributeProto
+    bodies = _branches(node)
+    nested = (AttributeProto.GRAPH, AttributeProto.GRAPHS)
+    if any(a.type in nested for body in bodies for inner in body.node for a in inner.attribute):
+        return False   # nested control flow: not inlined
+    return all(len(b.output) == len(node.output) for b in bodies)
+
+
+def if_as_where(view: GraphView, node) -> None:
+    """An If whose branches are plain graphs computes both and selects: each branch's nodes are inlined where the If
+    stands (their tensors renamed fresh, outer tensors read as before), then Where(cond, then, else) per output. Exact,
+    a branch having no side effects; it costs the branch not taken.
+
+    The HTP runs no control flow: the EP leaves an If, and the graph behind it, on the CPU ("If" is not among the
+    ops it lowers), e.g. openWakeWord's hey_jarvis detector, whose If runs a verifier model only when the score is
+    high enough. A computed condition cannot be folded away: only computing both branches keeps the graph whole."""
+    from onnx import numpy_helper
+    base, nodes, chosen = node.name or "If", [], []
+    for branch, body in zip(("then", "else"), _branches(node)):
+        renamed: dict[str, str] = {}
+        for init in body.initializer:
+            renamed[init.name] = view.add_constant(f"{base}_{branch}_{init.name}", numpy_helper.to_array(init))
+        for inner in body.node:
+            for out in inner.output:
+                if out:
+                    renamed[out] = view.fresh(f"{base}_{branch}_{out}")
+            copy = view.node(inner.op_type, [renamed.get(i, i) for i in inner.input],
+                             [renamed.get(o, o) for o in inner.output],
+                             f"{base}_{branch}_{inner.name or inner.op_type}")
+            copy.attribute.extend(inner.attribute)
+            copy.domain = inner.domain
+            nodes.append(copy)
+        chosen.append([renamed.get(o.name, o.name) for o in body.output])
+    for out, then, other in zip(node.output, *chosen):
+        nodes.append(view.node("Where", [node.input[0], then, other], [out], f"{base}_where"))
+    view.replace(node, nodes)
+
+
 # ---- LSTM whose `activations` attribute spells out the defaults ----
 
 LSTM_DEFAULT = ("sigmoid", "tanh", "tanh")
@@ -279,6 +326,8 @@ def clip_as_max_min(view: GraphView, node) -> None:
 
 
 RULES = (
+    # first: the nodes it inlines are then the other rules' to legalize (a LayerNorm's square in a branch)
+    Rule("if-as-where", ("If",), _if_inlinable, _if_inlinable, if_as_where),
     Rule("lstm-default-activations", ("LSTM",), _lstm_restates_defaults, _lstm_restates_defaults,
          lstm_default_activations),
     Rule("high-rank-fold", rank.OP_TYPES, _rank_chain, _rank_chain, high_rank_fold),

@@ -85,13 +85,27 @@ class GraphView:
     def finish(self) -> None:
         """Drop initializers nothing reads any more and infer every shape again (the rewritten graph must check)."""
         import onnx
-        read = {n for node in self.graph.node for n in node.input} | {o.name for o in self.graph.output}
+        read = _read(self.graph) | {o.name for o in self.graph.output}
         kept = [i for i in self.graph.initializer if i.name in read]
         del self.graph.initializer[:]
         self.graph.initializer.extend(kept)
         del self.graph.value_info[:]   # shapes of replaced tensors may have changed: all inferred anew
         self.model.CopyFrom(onnx.shape_inference.infer_shapes(self.model, strict_mode=True))
         onnx.checker.check_model(self.model)
+
+
+def _read(graph) -> set[str]:
+    """Every tensor name the graph's nodes read, inside subgraphs too: an If or Loop body may read an initializer
+    of the outer graph by name (openWakeWord's hey_jarvis model does), and dropping it breaks the model."""
+    from onnx import AttributeProto
+    read = set()
+    for node in graph.node:
+        read.update(node.input)
+        for a in node.attribute:
+            bodies = [a.g] if a.type == AttributeProto.GRAPH else list(a.graphs)
+            for body in bodies:
+                read |= _read(body)
+    return read
 
 
 def attribute(node, name: str, default=None):

@@ -165,6 +165,11 @@ def refuse_foreign_ops(onnx_model, where: str) -> None:
     dynamic int8 quantisation, named with their domain and what to bring instead."""
     found = collections.Counter((n.domain or "ai.onnx", n.op_type) for n in onnx_model.graph.node
                                 if n.domain not in ("", "ai.onnx") or n.op_type in DYNAMIC_INT8)
+    int8 = [i.name for i in onnx_model.graph.initializer if i.data_type in (2, 3)]   # onnx UINT8, INT8
+    if not found and len(int8) > 1:   # one small table can be a lookup; many are quantised weights
+        raise StageFailed(f"{where}: {len(int8)} initializers are int8/uint8 ({', '.join(int8[:3])}, ...): the ONNX "
+                          f"is quantised, and the HTP quantises in QNN, not in the ONNX: bring the float model it was "
+                          f"quantised from and declare precision = \"w8a16\" in the graph's table (docs/precision.md)")
     if not found:
         return
     listed = ", ".join(f"{domain} {op} x{count}" for (domain, op), count in sorted(found.items()))
@@ -274,6 +279,8 @@ def pin_shapes(onnx_model, io: dict, where: str) -> dict:
     except Exception as err:   # onnx's InferenceError: a node that cannot take the pinned shapes
         raise StageFailed(f"{where}: shapes pinned to the spec's {declared} do not fit the model: "
                           f"{str(err).strip().splitlines()[0][:300]}") from None
+    if any(not _static(o) for o in inferred.graph.output):
+        inferred = _folded(inferred)
     wanted = {name: shape for name, shape, _ in io["outputs"]}
     for output in inferred.graph.output:
         dims = output.type.tensor_type.shape.dim
@@ -281,14 +288,44 @@ def pin_shapes(onnx_model, io: dict, where: str) -> dict:
             if not dim.HasField("dim_value") or dim.dim_value <= 0:
                 raise StageFailed(f"{where}: output {output.name} axis {axis} "
                                   f"({names.get((output.name, axis)) or '?'}) stays "
-                                  f"dynamic with the inputs pinned: it depends on data, not on input shapes, so no "
-                                  f"static shape can be declared for it (cut the graph before the op that makes it)")
+                                  f"dynamic with the inputs pinned{_first_unknown(inferred)}: it depends on data, not "
+                                  f"on input shapes, so no static shape can be declared for it (cut the graph before "
+                                  f"the op that makes it)")
         got = [d.dim_value for d in dims]
         if output.name in wanted and got != list(wanted[output.name]):
             raise StageFailed(f"{where}: output {output.name} is {got} with the inputs pinned, the spec declares "
                               f"{wanted[output.name]}")
     onnx_model.graph.CopyFrom(inferred.graph)
     return fixed
+
+
+def _static(info) -> bool:
+    dims = info.type.tensor_type.shape.dim
+    return info.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") and d.dim_value > 0 for d in dims)
+
+
+def _folded(onnx_model):
+    """The model with its shape arithmetic computed (onnxsim: Shape -> Slice -> Concat -> Reshape chains, which
+    onnx's own inference leaves symbolic in paddle2onnx and tf2onnx graphs), or as it was when that fails."""
+    from onnxsim import simplify
+    try:
+        folded, ok = simplify(onnx_model)
+    except Exception:   # noqa: BLE001 - the message below names what stays dynamic either way
+        return onnx_model
+    if ok:
+        print("shapes: onnx's inference left outputs dynamic; onnxsim computed the graph's shape arithmetic")
+    return folded if ok else onnx_model
+
+
+def _first_unknown(onnx_model) -> str:
+    """' (from node N, op: its inputs are static, an output is not)' for the first such node, or ''."""
+    known = {i.name for i in onnx_model.graph.input if _static(i)} | {i.name for i in onnx_model.graph.initializer}
+    known |= {v.name for v in onnx_model.graph.value_info if _static(v)}
+    for node in onnx_model.graph.node:
+        if all(not t or t in known for t in node.input) and not all(t in known for t in node.output if t):
+            domain = f"{node.domain} " if node.domain else ""
+            return f" (from node {node.name or '?'}, {domain}{node.op_type}: its inputs are static, its output is not)"
+    return ""
 
 
 def code_failed(module_file: str, what: str, checkpoint: str | None, err: Exception) -> StageFailed:
