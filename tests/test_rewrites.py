@@ -167,3 +167,32 @@ def test_a_rewrite_keeps_the_initializers_a_subgraph_reads_from_the_outer_graph(
     names = {i.name for i in model.graph.initializer}
     assert "bias" in names and "two" not in names, names   # the body's read kept, the replaced Pow's exponent gone
     onnx.checker.check_model(model, full_check=True)
+
+
+def _random_case(rule: str, seed: int):
+    """A seeded random graph of the rule's pattern family: sizes, groups, dilations, pads, which bounds."""
+    rng = np.random.default_rng(seed)
+    if rule == "convtranspose-as-conv":
+        kernel, dilation, group = int(rng.integers(2, 6)), int(rng.integers(2, 6)), int(rng.choice([1, 2, 4]))
+        span = dilation * (kernel - 1)
+        return LEGALIZE.transposed(channels=4 * group, out_channels=2 * group, group=group, kernel=kernel,
+                                   dilation=dilation, length=int(rng.integers(8, 40)),
+                                   pads=tuple(int(p) for p in rng.integers(0, span + 1, 2)))
+    if rule == "clip-computed-bounds":
+        return LEGALIZE.clip_floor(mels=int(rng.integers(4, 40)), frames=int(rng.integers(4, 80)),
+                                   top_db=float(rng.uniform(0.5, 3.0)))   # a floor the seeded data reaches
+    return LEGALIZE.gated(features=int(rng.integers(2, 64)))
+
+
+@pytest.mark.parametrize("rule", ["convtranspose-as-conv", "clip-computed-bounds", "if-as-where"])
+@pytest.mark.parametrize("seed", range(4))
+def test_a_rule_on_a_random_graph_of_its_family_is_exact_and_the_htp_takes_the_result(tmp_path, rule, seed):
+    original = _random_case(rule, seed)
+    rewritten = copy.deepcopy(original)
+    assert [a["rewrite"] for a in library.apply(rewritten, (rule,))] == [rule]
+    for feed_seed in range(3):
+        feeds = {n: v * 3 for n, v in feeds_of(original, feed_seed).items()}   # the gate opens on some of them
+        for want, got in zip(cpu(original, feeds), cpu(rewritten, feeds)):
+            assert want.shape == got.shape and np.abs(want - got).max() <= 1e-5 * max(1.0, np.abs(want).max())
+    onnx.save(rewritten, tmp_path / "rewritten.onnx")
+    assert ep.cpu_nodes(str(tmp_path / "rewritten.onnx"), options("SM8750")) == []
