@@ -112,7 +112,12 @@ class Project:
         """sha256 of every file under build/ except the engine's own books (state DB, outputs record, locks)."""
         build = self.root / "build"
         return {str(p.relative_to(build)): sha256(p) for p in sorted(build.rglob("*"))
-                if p.is_file() and not p.relative_to(build).parts[0].startswith(".")}
+                if p.is_file() and not engine_book(p.relative_to(build))}
+
+
+def engine_book(rel: Path) -> bool:
+    """The engine's own files under build/ (state, records, locks, the trace of each build: engine/paths.py)."""
+    return rel.parts[0].startswith(".") or rel.parts[0] in ("trace.json", "trace.svg", "traces")
 
 
 def sha256(path) -> str:
@@ -260,7 +265,7 @@ def assert_same_outputs(a: Path, b: Path) -> None:
     records, which must be identical once their timings are removed."""
     def files(root):
         return {str(p.relative_to(root / "build")) for p in (root / "build").rglob("*")
-                if p.is_file() and not p.relative_to(root / "build").parts[0].startswith(".")}   # engine books
+                if p.is_file() and not engine_book(p.relative_to(root / "build"))}
     assert files(a) == files(b)
     for rel in sorted(files(a)):
         if rel.endswith(".log") or rel in ("report.md", "report.html"):

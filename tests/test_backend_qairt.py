@@ -25,7 +25,8 @@ from toolchain.qnn.layout import layout_permutation, permutation_or_fail
 
 BUILD_ID = "v2.40.0.251030-standin"
 G = "build/qnet/qairt/net-a"   # per-graph QAIRT outputs
-UPSTREAM = ["checkpoint:qnet", "export:qnet/net-a", "simplify:qnet/net-a", "inspect:qnet/net-a", "parity:qnet"]
+UPSTREAM = ["checkpoint:qnet", "export:qnet/net-a", "simplify:qnet/net-a", "inspect:qnet/net-a", "parity:qnet/net-a",
+            "parity:qnet"]
 GRAPH_STAGES = ["convert:qnet/net-a", "modellib:qnet/net-a", "pagesize:qnet/net-a"]
 CHIP_STAGES = ["htpconfig:qnet/net-a@{c}", "context:qnet/net-a@{c}", "readback:qnet/net-a@{c}",
                "verify:qnet@{c}", "manifest:qnet@{c}"]

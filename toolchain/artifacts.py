@@ -84,6 +84,15 @@ def parity_log(model) -> str:
     return f"{BUILD}/{model.name}/parity.log"
 
 
+def parity_group(model, group: str) -> str:
+    """The per-call tensor check of the graphs judged together (stages/parity.py groups())."""
+    return f"{BUILD}/{model.name}/parity/{group}.json"
+
+
+def parity_group_log(model, group: str) -> str:
+    return f"{BUILD}/{model.name}/parity/{group}.log"
+
+
 def toolchain_dir(model, family: str = "") -> str:
     """A toolchain's outputs of one model; a QAIRT family other than the default gets its own folder beside it
     (`ort-qnn-qairt2.49`), so the default build's paths never move."""

@@ -63,7 +63,8 @@ STAGES = (
     Stage("export", export.tasks, "Checkpoint -> static-shape ONNX, per graph.", "graph"),
     Stage("simplify", simplify.tasks, "ONNX -> onnxsim ONNX, per graph.", "graph"),
     Stage("inspect", inspect.tasks, "Hard I/O check of the simplified ONNX, per graph.", "graph"),
-    Stage("parity", parity.tasks, "ONNX on CPU vs the model's reference on real inputs, per model.", "model"),
+    Stage("parity", parity.tasks, "ONNX on CPU vs the model's reference on real inputs: per call for each group "
+          "of graphs judged together (gates their compiles), then the model's own measures.", "model"),
     Stage("rewrite", rewrite.tasks, "Rewritten graphs vs unrewritten on the CPU, per model that declares rewrites.",
           "model"),
     Stage("calibrate", calibrate.tasks, "Real calibration inputs (raw files + input list), per w8a16 graph.", "graph"),

@@ -16,7 +16,8 @@ import sys
 
 from toolchain import options as settings
 from toolchain import pipeline, project
-from toolchain.engine import buildlock, checker, files, paths, progress
+from toolchain.engine import buildlock, checker, files, paths, progress, trace
+from toolchain.stages import report
 
 
 def for_doit(models_dir: str = "models") -> dict:
@@ -31,7 +32,9 @@ def for_doit(models_dir: str = "models") -> dict:
         "par_type": "thread",              # actions only wait on child processes (docs/scale.md)
         "num_process": options["jobs"],    # parallel by default: the cores it has; per-stage slots keep it sane
         # [n/N], durations, ETA; a CI log gets doit's own lines
-        "reporter": "console" if os.environ.get("CI") else progress.for_run(options["jobs"]),
+        # and after a build that ran something, its trace, critical path and the report's section of it
+        "reporter": (trace.console(progress.requested_jobs(sys.argv, options["jobs"]), (report.after_build,))
+                     if os.environ.get("CI") else progress.for_run(options["jobs"], (report.after_build,))),
         "default_tasks": pipeline.DEFAULT,
         "sort": "definition",              # `doit list`: the stages in pipeline order, not alphabetical
     }

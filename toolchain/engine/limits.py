@@ -10,7 +10,7 @@ import fcntl
 import os
 import time
 
-from toolchain.engine import paths
+from toolchain.engine import paths, trace
 
 POLL = 0.05   # seconds between attempts while every slot is taken
 
@@ -71,5 +71,8 @@ def call(task, function, *args):
     """function(*args) inside a slot of the task's pool (stages may share one: meta["pool"]), else of its stage
     (the part of its name before ':')."""
     meta = task.meta or {}
+    asked = time.monotonic()
     with slot(meta.get("pool") or task.name.split(":")[0], meta.get("slots", 0)):
+        if time.monotonic() - asked > POLL / 2:   # it waited: the trace shows the wait as a slice of its own
+            trace.note(task.name, slot_wait=(asked, time.monotonic()))
         return function(*args)

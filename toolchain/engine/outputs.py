@@ -101,6 +101,16 @@ def intact(task, values, rehash: bool = False) -> bool:
     return True
 
 
+def rewritten(task_name: str, path: str) -> None:
+    """`path`, a target of `task_name`, was rewritten by the build itself after the task (the report's section of
+    the last build's trace): record its new bytes, so the next run does not take it for damage."""
+    st = os.stat(path)
+    sha = files.sha256(path)
+    _db().execute("UPDATE outputs SET size = ?, mtime_ns = ?, sha256 = ? WHERE task = ? AND path = ?",
+                  (st.st_size, st.st_mtime_ns, sha, task_name, path))
+    stamps.learn("sha256", path, st, sha)
+
+
 def forget(task_names) -> None:
     """Drop the records of cleaned tasks."""
     _db().executemany("DELETE FROM outputs WHERE task = ?", [(t,) for t in task_names])

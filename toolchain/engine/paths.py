@@ -7,4 +7,7 @@ STATE_DB = f"{BUILD}/.doit.db"
 LOCKS = f"{BUILD}/.locks"   # per-stage slot files (limits.py)
 BUILD_LOCK = f"{BUILD}/.build.lock"   # one doit at a time (buildlock.py)
 OUTPUTS_DB = f"{BUILD}/.outputs.db"   # what each task wrote (outputs.py)
+TRACE = f"{BUILD}/trace.json"   # where the last build's time went (trace.py)
+TRACE_SVG = f"{BUILD}/trace.svg"   # the same as a timeline picture
+TRACES = f"{BUILD}/traces"   # and the last few builds'
 DURATIONS = f"{BUILD}/.durations.json"   # how long each task took last time (progress.py's estimate)

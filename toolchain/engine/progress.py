@@ -14,6 +14,7 @@ from doit.reporter import ConsoleReporter
 
 from toolchain.engine import paths
 from toolchain.engine.files import atomic_path
+from toolchain.engine.trace import Traced
 
 
 def clock(seconds: float) -> str:
@@ -40,12 +41,13 @@ def load_durations() -> dict:
         return {}
 
 
-def for_run(jobs: int) -> type[ProgressReporter]:
-    """doit's `reporter` for this run (doit makes it with its stream and options): `jobs` as resolved at load."""
-    return type("ProgressReporter", (ProgressReporter,), {"default_jobs": jobs})
+def for_run(jobs: int, after: tuple = ()) -> type[ProgressReporter]:
+    """doit's `reporter` for this run (doit makes it with its stream and options): `jobs` as resolved at load,
+    `after`: what to call with the critical path after a build that ran something (trace.Traced)."""
+    return type("ProgressReporter", (ProgressReporter,), {"default_jobs": jobs, "after": after})
 
 
-class ProgressReporter(ConsoleReporter):
+class ProgressReporter(Traced, ConsoleReporter):
     desc = "console output with [n/N], task durations and an ETA"
     default_jobs = 1   # steps at once without -n (for_run gives this run's)
 

@@ -1,5 +1,10 @@
 """ONNX on the CPU (onnxruntime) against the model's reference (its PyTorch original, or other code of the model's)
-on real inputs, once per model."""
+on real inputs, in two steps so that a graph's compile waits only on the check that can fail it:
+`parity:<model>/<group>` compares per call the tensors of the graphs judged together (groups(): a window's encoder
+with the decoder that consumes it; without windows, all the model's graphs) and gates their convert and compile;
+`parity:<model>` then runs the model's own measures over all its graphs (each stream graph's free-running loop,
+the task metric, a window's transcripts against the largest window's) and writes the model's record, parity.json,
+from both. It gates the simulator (verify): a model that fails on the CPU never pays a simulator run."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -8,12 +13,12 @@ from doit.tools import config_changed
 
 from toolchain import artifacts
 from toolchain.engine import versions
-from toolchain.engine.files import write_json
+from toolchain.engine.files import read_json, write_json
 from toolchain.engine.worker import load_module, run
 from toolchain.errors import StageFailed
 from toolchain.shared import measures, modeldata
 from toolchain.shared.iorecord import io_record
-from toolchain.spec import REFERENCES
+from toolchain.spec import REFERENCES, windows
 from toolchain.stages import export, stream
 
 if TYPE_CHECKING:   # annotations only: the project imports every stage
@@ -26,31 +31,69 @@ def tasks(project: Project):
         if not available(model):
             continue
         settings = {**model.parity, "metric": dict(model.metric)}
-        onnx_files = {g.name: artifacts.simplified(model, g) for g in model.graphs}
-        out = artifacts.parity(model)
         checkpoint = [artifacts.checkpoint(model)] if model.checkpoint else []
-        kwargs = {"module_file": model.module_file, "checkpoint": checkpoint[0] if checkpoint else None,
-                  "onnx_files": onnx_files, "data_dir": model.data_dir, "settings": settings, "out": out,
-                  "io": {g.name: io_record(g) for g in model.graphs}, "spec": model.spec_file,
-                  "streams": {g.name: {"geometry": dict(g.stream), "state": dict(g.state)}
-                              for g in model.graphs if g.stream}}
+        common = {"module_file": model.module_file, "checkpoint": checkpoint[0] if checkpoint else None,
+                  "data_dir": model.data_dir, "settings": settings, "spec": model.spec_file}
+        inputs = [*checkpoint, *model.code_files, *project.data_files(model)]
+        records = {}
+        for group, graphs in groups(model).items():
+            records[group] = out = artifacts.parity_group(model, group)
+            log = artifacts.parity_group_log(model, group)
+            onnx_group = {g.name: artifacts.simplified(model, g) for g in graphs}
+            kwargs = {**common, "onnx_files": onnx_group, "out": out,
+                      "io": {g.name: io_record(g) for g in graphs}, "streams": streams(graphs)}
+            yield {"name": f"{model.name}/{group}",
+                   "doc": f"{model.name}/{group}: ONNX on CPU vs {settings['reference']} reference, per call "
+                          f"(max_abs {settings['max_abs']}); gates these graphs' compiles",
+                   "file_dep": [*inputs, *onnx_group.values()], "targets": [out, log], "clean": True,
+                   "actions": [(run, (check_tensors, kwargs, log))],
+                   "uptodate": [config_changed({"settings": settings, "tool": tool})]}
+        onnx_files = {g.name: artifacts.simplified(model, g) for g in model.graphs}
+        kwargs = {**common, "onnx_files": onnx_files, "out": artifacts.parity(model), "tensors": records,
+                  "io": {g.name: io_record(g) for g in model.graphs}, "streams": streams(model.graphs)}
         yield {"name": model.name,
                "doc": f"{model.name}: ONNX on CPU vs {settings['reference']} reference on real inputs (max_abs "
                       f"{settings['max_abs']}"
                       f"{', task metric' if model.data_dir else ''})",
-               "file_dep": [*checkpoint, *model.code_files, *onnx_files.values(),
-                            *project.data_files(model)],
-               "targets": [out, artifacts.parity_log(model)], "clean": True,
+               "file_dep": [*inputs, *onnx_files.values(), *records.values()],
+               "targets": [artifacts.parity(model), artifacts.parity_log(model)], "clean": True,
                "actions": [(run, (check, kwargs, artifacts.parity_log(model)))],
                "uptodate": [config_changed({"settings": settings, "tool": tool})]}
 
 
-def gate(model) -> list[str]:
-    """The task_dep of every compile of the model's graphs: the CPU checks run, and pass, first, so a
-    model that already fails on the CPU in a minute never costs minutes of compiles (fail fast; the
-    inspection of each graph is in the compile's file_dep): parity, and the check of the spec's rewrites. An
-    order, not an input: a rerun that ends the same does not recompile."""
-    return [f"parity:{model.name}"] * available(model) + [f"rewrite:{model.name}"] * rewritten(model)
+def streams(graphs) -> dict:
+    return {g.name: {"geometry": dict(g.stream), "state": dict(g.state)} for g in graphs if g.stream}
+
+
+def groups(model) -> dict[str, tuple]:
+    """The graphs judged together, by the group's name (its graphs' names joined by '+'): each window's graphs (a
+    window's encoder with the decoder that consumes it, spec/windows.py), every graph not cut per window with the
+    largest window's; without windows, all the model's graphs. A stream graph fed by another (stream.from) is in
+    its group."""
+    by_name = {g.name: g for g in model.graphs}
+    sizes = windows.by_size(model.windows)
+    if not sizes:
+        parts = [list(by_name)]
+    else:
+        cut = {name for per_size in sizes.values() for name in per_size.values()}
+        parts = [list(per_size.values()) for per_size in sizes.values()]
+        parts[-1] += [n for n in by_name if n not in cut]
+    return {"+".join(names): tuple(by_name[n] for n in names) for names in parts}
+
+
+def group_of(model, graph) -> str:
+    return next(name for name, graphs in groups(model).items() if graph in graphs)
+
+
+def gate(model, graph=None) -> list[str]:
+    """The task_dep of a compile (convert, quantize) of `graph` (None: of every graph): its CPU checks run, and
+    pass, first, so a graph that already fails on the CPU in a minute never costs minutes of compiles (fail fast;
+    the inspection of each graph is in the compile's file_dep): the per-call parity of its group, and the check
+    of the spec's rewrites. Never a window or graph it is not judged with: those would only delay it. An order,
+    not an input: a rerun that ends the same does not recompile."""
+    names = list(groups(model)) if graph is None else [group_of(model, graph)]
+    return ([f"parity:{model.name}/{n}" for n in names] * available(model)
+            + [f"rewrite:{model.name}"] * rewritten(model))
 
 
 def available(model) -> bool:
@@ -73,8 +116,8 @@ def runner(module, module_file: str, reference: str):
     return getattr(module, name)
 
 
-def check(module_file: str, checkpoint: str | None, onnx_files: dict, data_dir, settings: dict, out: str, io: dict,
-          spec: str = "", streams: dict | None = None):
+def _runs(module_file: str, checkpoint: str | None, onnx_files: dict, settings: dict, io: dict):
+    """(model code, reference run, CPU ONNX run) of these graphs."""
     module = load_module(module_file)
     try:
         reference = modeldata.with_io(runner(module, module_file, settings["reference"]), io)(checkpoint)
@@ -82,30 +125,62 @@ def check(module_file: str, checkpoint: str | None, onnx_files: dict, data_dir, 
         raise
     except Exception as err:   # the reference cannot load the checkpoint it is given
         raise export.code_failed(module_file, f"{REFERENCES[settings['reference']]}()", checkpoint, err) from err
-    cpu = {g: modeldata.cpu(p) for g, p in onnx_files.items()}
+    cpu: dict = {}   # each graph's session made when first run (the model's step may run none)
 
     def onnx_run(graph, feeds):
+        if graph not in cpu:
+            cpu[graph] = modeldata.cpu(onnx_files[graph])
         return cpu[graph](feeds)
+    return module, reference, onnx_run
 
-    record, failures = compare(module, module_file, reference, onnx_run, data_dir, io, streams or {}, settings,
-                               f"{spec}: parity.max_abs")
+
+def check_tensors(module_file: str, checkpoint: str | None, onnx_files: dict, data_dir, settings: dict, out: str,
+                  io: dict, spec: str = "", streams: dict | None = None):
+    """parity:<model>/<group>: the group's graphs per call."""
+    module, reference, onnx_run = _runs(module_file, checkpoint, onnx_files, settings, io)
+    record, failures = compare_tensors(module, module_file, reference, onnx_run, data_dir, io, streams or {},
+                                       settings)
     print(record)
     if failures:
         raise StageFailed(f"parity failed for {', '.join(onnx_files.values())}: " + "; ".join(failures))
     write_json(out, record)
 
 
-def compare(module, module_file: str, reference, candidate, data_dir, io: dict, streams: dict, settings: dict,
-            where: str) -> tuple[dict, list[str]]:
-    """Two CPU runs of a model's graphs on its own data, held to settings["max_abs"] (`where` names that bound):
-    per-call tensors, each stream graph's free-running loop (each run feeding back its own state) and the model's
-    task metric; (record, failure lines)."""
+def check(module_file: str, checkpoint: str | None, onnx_files: dict, data_dir, settings: dict, out: str, io: dict,
+          spec: str = "", streams: dict | None = None, tensors: dict | None = None):
+    """parity:<model>: the model's own measures over all its graphs, and its record with the per-call tensors of
+    each group (`tensors`: group -> its record, checked already); without them, the per-call check here too."""
+    module, reference, onnx_run = _runs(module_file, checkpoint, onnx_files, settings, io)
+    errors = {g: e for path in (tensors or {}).values() for g, e in read_json(path)["tensors"].items()}
+    record, failures = compare(module, module_file, reference, onnx_run, data_dir, io, streams or {}, settings,
+                               f"{spec}: parity.max_abs", errors if tensors else None)
+    print(record)
+    if failures:
+        raise StageFailed(f"parity failed for {', '.join(onnx_files.values())}: " + "; ".join(failures))
+    write_json(out, record)
+
+
+def compare_tensors(module, module_file: str, reference, candidate, data_dir, io: dict, streams: dict,
+                    settings: dict) -> tuple[dict, list[str]]:
+    """Per-call tensors of two CPU runs of a model's graphs on its own data, held to settings["max_abs"]."""
     samples = modeldata.samples(module, data_dir)
     feeds = stream.tensor_feeds(module, reference, samples[0] if samples else None, io, streams, module_file)
     errors = measures.tensor_errors(reference, candidate, feeds)
-    record = {"tensors": errors, "settings": settings}
     failures = [f"{g}: max abs error {e['max_abs']:.3g} > {settings['max_abs']}"
                 for g, e in errors.items() if e["max_abs"] > settings["max_abs"]]
+    return {"tensors": errors, "settings": settings}, failures
+
+
+def compare(module, module_file: str, reference, candidate, data_dir, io: dict, streams: dict, settings: dict,
+            where: str, errors: dict | None = None) -> tuple[dict, list[str]]:
+    """Two CPU runs of a model's graphs on its own data, held to settings["max_abs"] (`where` names that bound):
+    per-call tensors (unless `errors` gives them, measured and passed), each stream graph's free-running loop
+    (each run feeding back its own state) and the model's task metric; (record, failure lines)."""
+    samples = modeldata.samples(module, data_dir)
+    if errors is None:
+        record, failures = compare_tensors(module, module_file, reference, candidate, data_dir, io, streams, settings)
+    else:
+        record, failures = {"tensors": errors, "settings": settings}, []
     runs: dict = {}
     if streams and samples:
         bound = {g: {o[0]: {"max_abs": settings["max_abs"]} for o in io[g]["outputs"]} for g in streams}

@@ -3,9 +3,11 @@ chart, to build/report.html by report_html.py)."""
 from __future__ import annotations
 
 import os
+from html import escape
 from typing import TYPE_CHECKING
 
 from toolchain import artifacts
+from toolchain.engine import outputs, paths
 from toolchain.engine.files import atomic_path, read_json
 from toolchain.engine.worker import in_process
 from toolchain.stages import families, manifest, report_html
@@ -198,5 +200,42 @@ def write(manifests: list[str], out: str, runs: tuple[str, ...] | list[str] = ()
         text += ("\n## QAIRT families (one model and chip built with several; a runtime loads its own family's "
                  "binaries and older ones)\n\n" + table(builds, families.COLUMNS))
     with atomic_path(out) as tmp:
-        tmp.write_text(text)
+        tmp.write_text(text + last_build(out))
     print(text)
+
+
+LAST_BUILD = "\n## Last build\n\n"   # the section after_build() rewrites
+
+
+def last_build(out: str) -> str:
+    """The section of the last build's critical path and timeline, as the report held it (after_build wrote it)."""
+    try:
+        with open(out) as f:
+            before = f.read()
+    except OSError:
+        return ""
+    return before[before.index(LAST_BUILD):] if LAST_BUILD in before else ""
+
+
+def after_build(summary_line: str) -> None:
+    """After a build that ran something (engine/trace.py): build/report.md and report.html end with its critical
+    path and timeline (build/trace.svg), recorded as the report task's own bytes (outputs.rewritten)."""
+    section = (f"{LAST_BUILD}{summary_line}\n\n![timeline of the last build, one row per lane]"
+               f"({os.path.relpath(paths.TRACE_SVG, os.path.dirname(artifacts.REPORT))})\n"
+               f"Trace: {paths.TRACE} (opens in Perfetto or chrome://tracing)\n")
+    if os.path.isfile(artifacts.REPORT):
+        with open(artifacts.REPORT) as f:
+            text = f.read()
+        with atomic_path(artifacts.REPORT) as tmp:
+            tmp.write_text(text.split(LAST_BUILD)[0] + section)
+        outputs.rewritten("report", artifacts.REPORT)
+    if os.path.isfile(artifacts.REPORT_HTML) and os.path.isfile(paths.TRACE_SVG):
+        with open(artifacts.REPORT_HTML) as f:
+            html = f.read()
+        with open(paths.TRACE_SVG) as f:
+            svg = f.read()
+        html = html.split(report_html.LAST_BUILD)[0].removesuffix("</body></html>\n")
+        with atomic_path(artifacts.REPORT_HTML) as tmp:
+            tmp.write_text(f"{html}{report_html.LAST_BUILD}<h2>Last build</h2><p>{escape(summary_line)}</p>"
+                           f"<figure>{svg}</figure></body></html>\n")
+        outputs.rewritten("report", artifacts.REPORT_HTML)

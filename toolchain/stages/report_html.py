@@ -33,9 +33,20 @@ COLUMN, BAR = 240, 150   # cost chart geometry, px: one measure's column, its lo
 MEASURES = (("compile s", "{:.1f} s"), ("simulator s per call", "{:.3g} s"), ("binary MB", "{:.2f} MB"))
 
 
+LAST_BUILD = "<!-- last build -->"   # the section report.after_build() writes, kept when the page is rewritten
+
+
 def write(manifests: list[str], out: str):
+    text = page([read_json(p) for p in manifests])
+    try:
+        with open(out) as f:
+            before = f.read()
+    except OSError:
+        before = ""
+    if LAST_BUILD in before:
+        text = text.removesuffix("</body></html>\n") + LAST_BUILD + before.split(LAST_BUILD, 1)[1]
     with atomic_path(out) as tmp:
-        tmp.write_text(page([read_json(p) for p in manifests]))
+        tmp.write_text(text)
 
 
 def page(records: list[dict]) -> str:

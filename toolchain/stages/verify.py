@@ -17,7 +17,7 @@ from toolchain.engine.worker import load_module, run
 from toolchain.errors import StageFailed
 from toolchain.shared import measures, modeldata
 from toolchain.shared.iorecord import io_record
-from toolchain.stages import diagnose, stream
+from toolchain.stages import diagnose, parity, stream
 
 if TYPE_CHECKING:   # annotations only: the project imports every stage
     from toolchain.project import Project
@@ -77,6 +77,8 @@ def tasks(project: Project, tier: str):
                "doc": f"{model.name} on {chip.tag}: {backend.verify_runner_name()} vs CPU ONNX, {tier} tier ({what})",
                "file_dep": [*model.code_files, *[p for g in graphs.values() for p in g.values()],
                             *project.data_files(model), *backend.tool_files(chip)],
+               # the model's own CPU measures (task metric, stream loops) pass before the simulator is paid
+               "task_dep": [f"parity:{model.name}"] if parity.available(model) else [],
                "targets": [out, log], "clean": True,
                "actions": [(run, (check, kwargs, log))],
                "uptodate": [config_changed({"checks": checks, **backend.verify_settings(model, chip, tier)})]}

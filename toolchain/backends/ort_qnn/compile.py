@@ -61,7 +61,7 @@ def tasks(project: Project):
                         "restore_check": [f"{__name__}:restored",
                                           {"binary": targets[1], "context": targets[0], "record": targets[2],
                                            "chip": chip.record(), "precision": graph.precision, "io": kwargs["io"]}]},
-               "task_dep": parity.gate(model), "targets": targets + [log], "clean": True,
+               "task_dep": parity.gate(model, graph), "targets": targets + [log], "clean": True,
                "actions": [(run, (function, kwargs, log))],
                "uptodate": [config_changed({**settings, "route": "saver"} if ep.uses_route(graph) else settings)]}
 

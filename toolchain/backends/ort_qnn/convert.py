@@ -55,7 +55,7 @@ def _tasks(project: Project, model, family: str):
                       f"{graph.name}.c + {graph.name}.bin ({graph.precision}"
                       f"{f', QAIRT {family}' if family else ''}){last_summary(targets[2])}",
                "file_dep": [src, artifacts.inspected(model, graph), *families.tool_files(family), *saver],
-               "task_dep": parity.gate(model), "targets": targets + [log], "meta": families.step_meta(family),
+               "task_dep": parity.gate(model, graph), "targets": targets + [log], "meta": families.step_meta(family),
                "clean": True, "actions": [(run, (record, kwargs, log))],
                "uptodate": [config_changed({"graph_options": ep.option_strings(graph.compile.get("ep_options", {})),
                                             "precision": graph.precision, "tool": families.tool(family)})]}

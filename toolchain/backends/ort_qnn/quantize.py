@@ -46,7 +46,8 @@ def tasks(project: Project):
             kwargs = {"src": src, "folder": folder, "inputs": inputs, "out": out}
             yield {"name": f"{model.name}/{graph.name}",
                    "doc": f"{model.name}/{graph.name}: w8a16 QDQ ONNX (uint8 weights, uint16 activations)",
-                   "file_dep": [src, artifacts.calibration_list(model, graph), *raws], "task_dep": parity.gate(model),
+                   "file_dep": [src, artifacts.calibration_list(model, graph), *raws],
+                   "task_dep": parity.gate(model, graph),
                    "targets": [out, log], "clean": True,
                    "actions": [(run, (quantize, kwargs, log))],
                    "uptodate": [config_changed({"settings": SETTINGS, "tool": tool})]}

@@ -38,7 +38,7 @@ def tasks(project: Project):
                    "doc": f"{model.name}/{graph.name}: qnn-onnx-converter ({graph.precision}) -> {graph.name}.cpp "
                           f"+ .bin, QNN graph '{tools.graph_name(cpp)}' [qairt {sdk.build_id}]",
                    "file_dep": [src, artifacts.inspected(model, graph), *calibration],
-                   "task_dep": parity.gate(model),
+                   "task_dep": parity.gate(model, graph),
                    "targets": [cpp, weights, record, log] + ([listed] if listed else []), "clean": True,
                    "actions": actions + [(external.action, (argv, env, log, [cpp, weights], record))],
                    "uptodate": [config_changed({"argv": argv, "env": env, "sdk": sdk.record(),

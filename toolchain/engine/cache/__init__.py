@@ -28,7 +28,7 @@ from pathlib import Path
 
 from doit.tools import config_changed
 
-from toolchain.engine import versions
+from toolchain.engine import trace, versions
 from toolchain.engine.cache import remote
 from toolchain.engine.cache.store import FORMAT, MAX_BLOB, Settings, Store, Unreachable  # noqa: F401  (the API)
 from toolchain.engine.files import sha256, sha256_memo
@@ -171,6 +171,7 @@ def run(task, action: dict, code: str, log: str, compute, check=None):
                      else None):
         with open(log, "a") as f:
             f.write(f"# restored from cache {store.name} entry {entry}\n")
+        trace.note(task.name, restored=True)
         return None
     result = compute()
     if result is None:   # success: TaskFailed / TaskError results are never stored
