@@ -36,6 +36,7 @@ WINGS = ("spec", "stages", "backends", "deploy", "phone", "engine", "qnn", "rewr
 # holds, and upstream scripts. Any other bare .md name must be beside its citer or at the root; a bare .py name
 # must be some module's of the checkout.
 BARE = {"report.md": "build/report.md, the report stage's", "bench.md": "bench/bench.py --out",
+        "synthetic.md": "bench/synthetic.py --out",
         "design-card.md": "bench/design_card.py --out", "PROVENANCE.md": "each models/data/<set>/'s own",
         "generate_config.py": "k2-fsa/sherpa-onnx scripts/qnn/", "device_info.py": "k2-fsa/sherpa-onnx scripts/qnn/",
         "export-onnx-streaming.py": "k2-fsa/icefall's zipformer/",

@@ -76,7 +76,7 @@ def test_fresh_process_steps_give_the_same_bytes_as_forks_of_the_server(referenc
     ref, _ = reference
     fresh = checkout(ref, tmp_path / "fresh")
     executed, _ = doit(fresh, "workers=fresh")
-    assert len(executed) == 27
+    assert len(executed) == 29
     forked, started = tool_logs(ref), tool_logs(fresh)
     assert forked.keys() == started.keys() and len(forked) >= 12
     steps = {rel: text for rel, text in forked.items() if not rel.endswith(".modellib.log")}   # cc: an external tool

@@ -110,6 +110,8 @@ def test_the_html_report_renders_in_headless_chromium(reference, tmp_path):
     assert "<svg" in text and "http" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "")   # nothing fetched
     shot, dom = render(page, tmp_path)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+    dom, last_build = dom.split("<h2>Last build</h2>")   # the page, then the last build's timeline (engine/trace.py)
+    assert "critical path " in last_build and last_build.count("<rect") >= 10   # a box per task that ran
     assert dom.count("<rect") == 16 and dom.count("<tr>") == 5   # 4 checks + 4 graphs x 3 costs; 4 rows
     assert dom.count('<g class="check within"') == 4 and 'class="check over"' not in dom
     for m in built_manifests(ref):

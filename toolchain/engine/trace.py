@@ -204,11 +204,15 @@ class Traced:
 
     def initialize(self, tasks, selected_tasks):
         super().initialize(tasks, selected_tasks)  # type: ignore[misc]
-        producer = {t: name for name, task in tasks.items() for t in task.targets}
-        self._deps = {name: set(task.task_dep) | set(task.setup_tasks)
-                      | {producer[f] for f in task.file_dep if f in producer} for name, task in tasks.items()}
-        self._t0, self._open, self._slices = time.monotonic(), {}, []
+        self._tasks, self._t0, self._open, self._slices = tasks, time.monotonic(), {}, []
         self._load = [(0.0, round(os.getloadavg()[0], 2))]
+
+    def _dependencies(self) -> dict[str, set[str]]:
+        """Each task's task_dep and setup tasks, and the tasks whose targets it reads (made only when a task ran:
+        a no-op pays nothing for the trace)."""
+        producer = {t: name for name, task in self._tasks.items() for t in task.targets}
+        return {name: set(task.task_dep) | set(task.setup_tasks) | {producer[f] for f in task.file_dep if f in producer}
+                for name, task in self._tasks.items()}
 
     def execute_task(self, task):
         super().execute_task(task)  # type: ignore[misc]
@@ -238,7 +242,7 @@ class Traced:
     def complete_run(self):
         slices = sorted(self._slices, key=lambda s: s.start - s.waited)
         if slices and os.path.isdir(paths.BUILD):
-            line = summary(slices, self._deps, time.monotonic() - self._t0, self.jobs)
+            line = summary(slices, self._dependencies(), time.monotonic() - self._t0, self.jobs)
             try:
                 write(slices, self._load, line)
                 for then in self.after:
