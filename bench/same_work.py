@@ -91,14 +91,27 @@ def run_way(way: str, variant: str, work: Path) -> dict:
     if way == "lean":
         return timed([sys.executable, str(ROOT / "bench/once_per_graph.py"), ".", STAGES], folder)
     args = ["-n", "1"] if way == "serial" else []
-    return timed([sys.executable, "-c", DOIT, *args, "compile", "parity"], folder)
+    result = timed([sys.executable, "-c", DOIT, *args, "compile", "parity"], folder)
+    events = json.loads((folder / "build/trace.json").read_text())["traceEvents"]
+    ran = [e for e in events if e["ph"] == "X" and e.get("cat") != "wait"]
+    lanes = {e["tid"] for e in ran}
+    end = max(e["ts"] + e["dur"] for e in ran) / 1e6
+    result.update(tasks=len(ran), lanes=len(lanes), busy_s=round(sum(e["dur"] for e in ran) / 1e6, 1),
+                  idle_lane_s=round(end * len(lanes) - sum(e["dur"] for e in ran) / 1e6, 1))
+    if KEEP:   # the trace itself, to open in a viewer
+        shutil.copy(folder / "build/trace.json", KEEP / f"trace-{variant}-{way}.json")
+    return result
 
 
-def measure(variants, ways, work: Path) -> dict:
+KEEP: Path | None = None   # where bench/bench.py keeps each doit run's trace
+
+
+def measure(variants, ways: dict, work: Path) -> dict:
+    """`ways`: {variant: the ways to build it}."""
     data: dict = {"cores": os.cpu_count(), "model": MODEL, "chips": chips(), "stages": STAGES}
     for variant in variants:
         data[variant] = {}
-        for way in ways:
+        for way in ways[variant]:
             data[variant][way] = result = run_way(way, variant, work)
             print(f"{variant} {way}: {result['wall']} s wall, {result['cpu']} s CPU, load {result['load_before']}",
                   flush=True)
@@ -139,7 +152,8 @@ def main() -> int:
     args.add_argument("--ways", default="script,lean,serial,default")
     opts = args.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        data = measure(opts.variants.split(","), opts.ways.split(","), Path(tmp))
+        variants = opts.variants.split(",")
+        data = measure(variants, {v: opts.ways.split(",") for v in variants}, Path(tmp))
     print(json.dumps(data, indent=1))
     for row in rows(data):
         print(" | ".join(row))
