@@ -19,7 +19,7 @@ from sherpa_style import STEPS, steps
 
 from toolchain import options
 from toolchain import project as projects
-from toolchain.engine import worker
+from toolchain.engine import external, worker
 
 # the child: the step's function by its qualified name, its arguments as JSON on stdin
 CHILD = ("import json, sys; from toolchain.engine import worker; "
@@ -41,6 +41,10 @@ def main(folder: str, names=STEPS) -> int:
                                           stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": folder})
                 if done.returncode:
                     print(f"{task['name']}: failed, see {log}", file=sys.stderr)
+                    return 1
+            elif function is external.action:   # an external tool (modellib's cc): its run, without doit's task
+                if external.run(*args[:5]) is not None:
+                    print(f"{task['name']}: failed, see {args[2]}", file=sys.stderr)
                     return 1
             elif function(*args, **kwargs) not in (None, True):
                 print(f"{task['name']}: failed", file=sys.stderr)

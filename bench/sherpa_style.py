@@ -17,7 +17,7 @@ import sys
 
 from toolchain import options, pipeline
 from toolchain import project as projects
-from toolchain.engine import worker
+from toolchain.engine import external, worker
 
 STEPS = ("checkpoint", "export", "simplify", "inspect", "parity", "calibrate", "quantize", "compile", "verify",
          "manifest")   # what a per-chip CI script runs, in pipeline order
@@ -45,6 +45,10 @@ def main(folder: str, names=STEPS) -> int:
                 os.makedirs(os.path.dirname(log), exist_ok=True)
                 with open(log, "w") as out, contextlib.redirect_stdout(out):
                     step(**kw)
+            elif function is external.action:   # an external tool (modellib's cc): its run, without doit's task
+                if external.run(*args[:5]) is not None:
+                    print(f"{task['name']}: failed, see {args[2]}", file=sys.stderr)
+                    return 1
             elif function(*args, **kwargs) not in (None, True):
                 print(f"{task['name']}: failed", file=sys.stderr)
                 return 1
