@@ -60,10 +60,25 @@ def noop(folder: Path, runs: int = 5) -> dict:
 WAYS = {"pair": ["script", "lean", "serial", "default"], "shipped": ["script", "serial", "default"]}
 
 
-def write(out: Path, data: dict, rows: list) -> None:
-    data["ended"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    text = (f"# Benchmarks\n\n{data['machine']}; {data['started']} to {data['ended']}, run alone "
-            f"(`python bench/bench.py`).\n\n{table(rows)}")
+def build_rows(data: dict) -> list[tuple[str, str, str, str]]:
+    if "first_build" not in data:
+        return []
+    f, n = data["first_build"], data["first_build"]["noop"]
+    return [("first full build, shipped models (`doit`)", f"{f['wall']:.1f} s ({f['cpu']:.0f} s CPU)",
+             f"{f['wall'] / f['floor']:.2f}× its floor ({f['floor']} s)",
+             f"load {f['load_before']:.2f} before; {f['tasks_run']} tasks ran; "
+             f"{same_work.short(f['critical_path']) if f.get('critical_path') else 'no critical path line'}"),
+            ("no-op `doit` after it", f"{n['median']:.3f} s (median of {len(n['runs'])})",
+             f"{n['median'] / 0.30:.2f}× the 0.30 s bar",
+             f"runs {', '.join(map(str, n['runs']))}; load {min(n['load_before']):.2f}–"
+             f"{max(n['load_before']):.2f} before")]
+
+
+def write(out: Path, data: dict, rows: list, stamp: bool = True) -> None:
+    if stamp:
+        data["ended"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    when = data.get("windows") or f"{data['started']} to {data['ended']}"   # parts measured apart say when each
+    text = f"# Benchmarks\n\n{data['machine']}; {when}, run alone (`python bench/bench.py`).\n\n{table(rows)}"
     (out / "bench.md").write_text(text)
     (out / "bench.json").write_text(json.dumps(data, indent=1) + "\n")
 
@@ -78,7 +93,14 @@ def main() -> int:
     args.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args.add_argument("--skip", default="", help="comma-separated parts to leave out: same-work, first-build")
     args.add_argument("--variants", default="pair,shipped")
+    args.add_argument("--render", action="store_true", help="rewrite bench.md from --out's bench.json, measuring "
+                                                                "nothing (after a change to how rows are written)")
     opts = args.parse_args()
+    if opts.render:
+        data = json.loads((Path(opts.out) / "bench.json").read_text())
+        write(Path(opts.out), data, [*same_work.rows(data.get("same_work", {})), *build_rows(data)], stamp=False)
+        print((Path(opts.out) / "bench.md").read_text())
+        return 0
     skip = set(filter(None, opts.skip.split(",")))
     data: dict = {"machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
                   "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
@@ -92,15 +114,8 @@ def main() -> int:
             rows += same_work.rows(data["same_work"])
             write(out, data, rows)   # each part as it ends: an interrupted run keeps what it measured
         if "first-build" not in skip:
-            data["first_build"] = f = first_build(Path(tmp))
-            rows.append(("first full build, shipped models (`doit`)", f"{f['wall']:.1f} s ({f['cpu']:.0f} s CPU)",
-                         f"{f['wall'] / f['floor']:.2f}× its floor ({f['floor']} s)",
-                         f"load {f['load_before']:.2f} before; {f['tasks_run']} tasks ran; {f['critical_path']}"))
-            n = f["noop"]
-            rows.append(("no-op `doit` after it", f"{n['median']:.3f} s (median of {len(n['runs'])})",
-                         f"{n['median'] / 0.30:.2f}× the 0.30 s bar",
-                         f"runs {', '.join(map(str, n['runs']))}; load {min(n['load_before']):.2f}–"
-                         f"{max(n['load_before']):.2f} before"))
+            data["first_build"] = first_build(Path(tmp))
+            rows += build_rows(data)
             write(out, data, rows)
     print((out / "bench.md").read_text())
     return 0

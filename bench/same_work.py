@@ -141,9 +141,19 @@ def rows(data: dict) -> list[tuple[str, str, str, str]]:
                 vs += f"; {r['wall'] / runs['floor']:.2f}× its floor ({runs['floor']} s = {r['cpu']} s CPU ÷ " \
                       f"{data['cores']} cores)"
             found.append((f"{label}: {NAMES[way]}", f"{r['wall']:.1f} s ({r['cpu']:.0f} s CPU)", vs.lstrip("; "),
-                          f"load {r['load_before']:.2f} before" + (f"; {r['critical_path']}" if r.get("critical_path")
-                                                                   else "")))
+                          f"load {r['load_before']:.2f} before" + (f"; {short(r['critical_path'])}, "
+                                                                   f"{r['idle_lane_s']} s of lanes idle"
+                                                                   if r.get("critical_path") else "")))
     return found
+
+
+def short(line: str) -> str:
+    """A critical path line cut to its length, its first and last steps and how many it has (the whole line is in
+    bench.json and the kept trace)."""
+    head, _, steps = line.partition(" wall: ")
+    steps, _, tail = steps.rpartition("; ")
+    parts = steps.replace(" ⇢ ", " → ").split(" → ")
+    return f"{head} wall, {len(parts)} steps: {parts[0]} … {parts[-1]}; {tail}"
 
 
 def main() -> int:

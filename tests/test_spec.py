@@ -301,3 +301,42 @@ def test_a_failure_message_says_when_a_bound_is_the_default(tiny_spec):
     assert measures.check_source(graph, "y", "tiny.toml", {"max_rel": 0.02, "min_cosine": 0.9},
                                  defaulted.verify_written) == (
         "tiny.toml: the default verify.max_rel (not in the spec; docs/add-a-model.md) and verify.min_cosine")
+
+
+@pytest.mark.parametrize("old, new, expected", [
+    ('module = "tinynet"', 'module = "tinynett"',
+     'module: no export code at {models}/tinynett.py; write models/tinynett.py; did you mean module = "tinynet"?'),
+    ('module = "tinynet"\n', 'module = "tinynet"\ndata = "data/photoz"\n',
+     'data: no folder {models}/data/photoz; did you mean "data/photos"?'),
+    ('module = "tinynet"\n', 'module = "tinynet"\ndata = "dta/photos"\n',
+     'data: no folder {models}/dta/photos; did you mean "data/photos"?'),
+    ('path = "tiny.pt"', 'path = "tiny.ptt"', 'checkpoint.path: checkpoint not found: {models}/tiny.ptt; did you '
+                                              'mean "tiny.pt"?'),
+    ('module = "tinynet"', 'module = "tinynet"\nuses = ["helper.pyy"]',
+     'uses: no file {models}/helper.pyy (model code the module imports, relative to the spec); did you mean '
+     '"helper.py"?'),
+])
+def test_a_path_that_does_not_exist_gets_the_closest_existing_name(project, tiny_spec, old, new, expected):
+    models = tiny_spec.parent
+    (models / "data/photos").mkdir(parents=True)
+    (models / "helper.py").write_text("")
+    project.edit("models/tiny.toml", old, new)
+    with pytest.raises(SpecError) as err:
+        load(tiny_spec)
+    assert str(err.value) == f"{tiny_spec}: " + expected.format(models=models)
+
+
+@pytest.mark.parametrize("written, expected", [
+    ("Snapdragon 8 Gen 2", "unknown chip 'Snapdragon 8 Gen 2'; that is SM8550's marketing name (Snapdragon 8 Gen 2): "
+                           "write \"SM8550\" (chips are named by SoC id)"),
+    ("snapdragon 8 elite", "that is SM8750's marketing name (Snapdragon 8 Elite): write \"SM8750\""),
+    ("8 Gen 3", "that is SM8650's marketing name (Snapdragon 8 Gen 3): write \"SM8650\""),
+    ("SM8765", "unknown chip 'SM8765'; did you mean 'SM8750'?"),
+])
+def test_a_chips_marketing_name_is_answered_with_its_soc_id(project, tiny_spec, written, expected):
+    """The report prints marketing names ("Snapdragon 8 Gen 2"): written as a chip, the message gives the id."""
+    project.edit("models/tiny.toml", 'chips = ["SM8550", "SM8750"]', f'chips = ["{written}"]')
+    with pytest.raises(SpecError) as err:
+        load(tiny_spec)
+    assert str(err.value).startswith(f"{tiny_spec}: chips: ") and expected in str(err.value), err.value
+    assert expected in chips.unknown(written, chips.load())   # the same answer for full= and chip:<x>

@@ -127,3 +127,22 @@ def test_diagnose_follows_the_data_to_the_bad_op_on_another_branch(tmp_path):
     on_b = diagnose.bisect(model, feeds, faulty_compiler("/b/op5", tmp_path / "pieces"), limits,
                            str(tmp_path / "scratch3"))
     assert on_b["first_divergent"]["op"] == "/b/op5" and on_b["last_within"]["op"] == "/b/op4"
+
+
+def test_a_limit_below_fp16s_step_is_said_before_the_op_and_is_no_fault_of_it():
+    """The op found is then fp16's own rounding: the line says the limit cannot be held first, and does not call the
+    op at fault; with a limit fp16 can hold, the same numbers blame the op."""
+    from toolchain.stages import diagnose
+    found = {"verdict": "op /conv/Conv (Conv) is the first whose output /conv/Conv_output_0 departs from the CPU",
+             "first_divergent": {"max_rel": 0.0007, "cosine": 0.99999}, "last_within": None, "compiles": 2,
+             "alone": {"max_rel": 0.0006, "cosine": 0.99999}, "limits": {"max_rel": 1e-5, "min_cosine": 0.0}}
+    line = diagnose._line(found)
+    assert line.startswith("the bound max_rel 1e-05 is below what fp16 can hold"), line
+    assert line.index("fp16 can hold") < line.index("op /conv/Conv") and "own fault" not in line
+    assert "it is off too (max error 0.0006): fp16's own rounding" in line
+    still_tight = diagnose._line({**found, "limits": {"max_rel": 5e-5, "min_cosine": 0.0},
+                                  "alone": {"max_rel": 0.3, "cosine": 0.9}})
+    assert "the op's own fault" not in still_tight   # 5e-05: still below one fp16 step
+    held = diagnose._line({**found, "limits": {"max_rel": 0.02, "min_cosine": 0.0},
+                           "alone": {"max_rel": 0.3, "cosine": 0.9}})
+    assert held.startswith("op /conv/Conv") and held.endswith("the op's own fault [2 compiles]")

@@ -35,16 +35,31 @@ def test_a_syntax_error_in_the_model_module_is_its_file_and_line(project):
     assert rc == 1 and "models/tinynet.py:1: SyntaxError" in text and "Traceback" not in text, text
 
 
-def test_a_module_without_export_or_writing_nothing_says_so(project):
+def test_a_module_without_export_or_writing_nothing_says_so(project, capsys):
     project.add_tiny()
     code = project.root / "models/tinynet.py"
     original = code.read_text()
     code.write_text(original.replace("def export(", "def export_renamed("))
-    rc, _, text = project.run("export")
-    assert rc == 1 and "models/tinynet.py: no export(checkpoint, graph, out, settings) function" in text, text
+    rc, executed, _ = project.run("export")   # at load, before any step (toolchain/shared/modelcode.py)
+    assert rc == 3 and executed == []
+    assert ("ERROR: models/tiny.toml: graphs.net: no source, so the model code exports it, but models/tinynet.py has "
+            "no export(checkpoint, graph, out, settings) function") in capsys.readouterr().err
     code.write_text(original + "\n\ndef export(checkpoint, graph, out, settings):\n    open(out, 'wb').close()\n")
     rc, _, text = project.run("export")
     assert rc == 1 and "export() of graph 'net' wrote nothing to `out`" in text, text
+
+
+def test_a_package_the_model_code_imports_in_a_function_is_named_with_its_fix(project):
+    """A top-level import is checked at load; one inside a function fails its step naming the package and the fix
+    (the spec's `requires` wording), not the checkpoint."""
+    project.add_tiny()
+    project.edit("models/tinynet.py", "settings: dict) -> None:\n", "settings: dict) -> None:\n"
+                 "    import no_such_package_46  # noqa: F401\n")
+    rc, _, text = project.run("export")
+    assert rc == 1, text
+    assert ("ModuleNotFoundError: No module named 'no_such_package_46'; no_such_package_46 is not installed: "
+            "pip install 'no_such_package_46', and add it to the spec: requires = [\"no_such_package_46\"]") in text
+    assert "is that file the checkpoint" not in text and "Traceback" not in text
 
 
 def test_a_command_that_is_not_installed_or_writes_no_onnx_is_one_line(project):
@@ -270,3 +285,26 @@ def test_an_output_axis_that_depends_on_data_is_named(project):
     assert rc == 1 and "output y axis 1 (k) stays dynamic with the inputs pinned" in text, text
     # the node that makes it so, and why: its inputs are static, its output is not
     assert "(from node NonZero_0, NonZero: its inputs are static, its output is not): it depends on data" in text, text
+
+
+def test_a_given_onnxs_fixed_size_or_output_mismatch_says_what_to_declare():
+    """A given ONNX is not changed to fit the spec: the message says the spec's line that fits it."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    from toolchain.errors import StageFailed
+    from toolchain.stages import export
+
+    def relu(shape):
+        graph = h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g", [h.make_tensor_value_info("x", T.FLOAT, shape)],
+                             [h.make_tensor_value_info("y", T.FLOAT, shape)])
+        return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    io = {"inputs": [["x", [1, 8], "float32"]], "outputs": [["y", [1, 8], "float32"]]}
+    with pytest.raises(StageFailed, match=r"input x axis 1 is fixed at 4 in the model, the spec declares 8: a given "
+                                          r"ONNX keeps its fixed sizes, so declare inputs.x shape = \[1, 4\]$"):
+        export.pin_shapes(relu(["n", 4]), io, "m.onnx")
+    io = {"inputs": [["x", [1, 4], "float32"]], "outputs": [["y", [2, 4], "float32"]]}
+    with pytest.raises(StageFailed, match=r"output y is \[1, 4\] with the inputs pinned, the spec declares \[2, 4\]: "
+                                          r"an output's shape follows from the inputs, so declare outputs.y shape = "
+                                          r"\[1, 4\]$"):
+        export.pin_shapes(relu(["n", 4]), io, "m.onnx")

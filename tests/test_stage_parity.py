@@ -1,15 +1,19 @@
 """The parity stage (toolchain/stages/parity.py): PyTorch against the CPU ONNX, before anything is compiled."""
 from __future__ import annotations
 
+import json
+
 from conftest import ONE_CHIP, handmade, sha256
 
 
-def test_a_module_without_torch_runner_fails_parity_in_one_line(project):
+def test_a_module_without_torch_runner_is_refused_at_load_in_one_line(project, capsys):
     handmade(project, '[h.make_node("Relu", ["x"], ["y"])]')
     project.edit("models/bad.toml", 'reference = "none"', 'reference = "torch"')
-    rc, _, text = project.run("parity")
-    assert rc == 1 and "models/handmade.py: no torch_runner(checkpoint) function, which the parity stage" in text, text
-    assert "AttributeError" not in text
+    rc, executed, _ = project.run("parity")
+    err = capsys.readouterr().err
+    assert rc == 3 and executed == [], err
+    assert ("ERROR: models/bad.toml: parity.reference: \"torch\" compares the ONNX with the model code's "
+            "torch_runner(checkpoint), which models/handmade.py does not define") in err, err
 
 
 def test_a_model_failing_its_cpu_check_costs_no_compile(project):
@@ -53,6 +57,8 @@ def test_a_given_onnx_is_held_to_the_modules_own_reference(project):
     project.edit("models/relu.toml", "[graphs.net]", '[parity]\nreference = "module"\n[graphs.net]')
     rc, executed, text = project.run("parity")
     assert rc == 0 and executed == ["export:relu/net", "simplify:relu/net", "parity:relu/net", "parity:relu"], text
+    record = json.loads((project.root / "build/relu/parity.json").read_text())
+    assert record["inputs"] == {"tensors": {"net": "generated inputs"}, "samples": []}   # which inputs each check used
     project.edit("models/relu.py", "SCALE = 1.0", "SCALE = 2.0")
     rc, _, text = project.run("parity")
     assert rc == 1 and "parity failed for build/relu/net/net.onnx: net: max abs error" in text, text

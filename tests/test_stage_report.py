@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
 from toolchain.shared import measures
-from toolchain.stages import report_html
+from toolchain.stages import report, report_html
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -48,7 +50,7 @@ def test_every_kind_of_check_gets_its_margin_to_its_limit():
 
 
 def test_the_page_draws_within_over_and_metric_checks_and_the_cost_per_graph():
-    html = report_html.page([record()])
+    html = report_html.page([report.Cell("m", "SM8750", "failed", record())])
     assert html.count('<g class="check within"') == 1 and html.count('<g class="check over"') == 2
     for state, name, label in (("within", "SM8750 vad/prob", "0.25"), ("over", "SM8750 vad/prob, stream clip", "inf"),
                                ("over", "SM8750 enc (all outputs) (full tier)", "1.5")):
@@ -112,7 +114,9 @@ def test_the_html_report_renders_in_headless_chromium(reference, tmp_path):
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
     dom, last_build = dom.split("<h2>Last build</h2>")   # the page, then the last build's timeline (engine/trace.py)
     assert "critical path " in last_build and last_build.count("<rect") >= 10   # a box per task that ran
-    assert dom.count("<rect") == 16 and dom.count("<tr>") == 5   # 4 checks + 4 graphs x 3 costs; 4 rows
+    assert dom.count("<rect") == 16   # 4 checks + 4 graphs x 3 costs
+    assert dom.count("<tr>") == 3 + 5 + 3   # the grid (2 models), the table (4 pairs), the QNN graphs (2)
+    assert dom.count('<td class="cell pass">') == 4 and "4 (model, chip) pairs: 4 pass, <b>0 failed</b>" in dom
     assert dom.count('<g class="check within"') == 4 and 'class="check over"' not in dom
     for m in built_manifests(ref):
         chip, y = m["chip"]["name"], m["verify"]["default"]["tensors"]["net"]["outputs"]["y"]
@@ -143,7 +147,9 @@ def test_the_html_report_draws_a_check_over_its_limit_red(reference, tmp_path):
         copies.append(tmp_path / f"{i}.json")
         copies[-1].write_text(json.dumps(m))
     page = tmp_path / "report.html"
-    report_html.write([str(c) for c in copies], str(page))
+    found = [report.Pair(m["model"], m["chip"]["name"], str(c), ()) for m, c in
+             ((json.loads(c.read_text()), c) for c in copies)]
+    report_html.write(report.grid(found, {}), str(page))
     (tmp_path / "over").mkdir()
     shot, dom = render(page, tmp_path / "over")
     state, markup = drawn(dom, "checks-tiny", "check", "SM8750 net/y")
@@ -177,3 +183,62 @@ def test_the_windows_table_reads_the_full_tier_where_the_chip_ran_it():
     rows = report.window_rows([manifest({"default": default, "full": full})])
     assert rows[0][-2:] == ["12/12 same text, WER 0.070", "9/12"] and rows[1][-2] == "(largest)"
     assert report.window_rows([manifest({"default": default})])[0][-2:] == ["1/1 same text, WER 0.000", "1/1"]
+
+
+# ---- a failed check reaches the report (build/failed.json, report.after_build) ----
+
+@pytest.mark.skipif(not CHROMIUM, reason="no chromium binary on PATH (Debian: apt-get install chromium): "
+                                         "build/report.html cannot be rendered here")
+def test_a_failed_verify_shows_red_in_the_report_and_leaves_no_stale_manifest_or_bundle(tmp_path):
+    from conftest import ONE_CHIP, Project
+    project = Project(tmp_path / "proj")
+    project.add_tiny(**ONE_CHIP)
+    green = doit_cli(project)
+    assert green.returncode == 0, green.stdout + green.stderr
+    assert green.stdout.splitlines()[-1].endswith(" ran, 0 up to date, 0 failed"), green.stdout[-500:]
+    pair = project.root / "build/tiny/ort-qnn/SM8750"
+    claimed = [p for p in ("manifest.json", "bundle.json", *[b.name for b in (pair / "bundle").glob("*.tar.bz2")])
+               if (pair / p).is_file() or (pair / "bundle" / p).is_file()]
+    assert "manifest.json" in claimed, claimed   # (tiny ships no bundle: a bundle is a model's declared contract)
+    measured = json.loads((pair / "verify.json").read_text())["tensors"]["net"]["max_rel"]
+    project.edit("models/tiny.toml", "max_rel = 0.02", f"max_rel = {measured / 2:.3g}")   # half what fp16 reached
+
+    failed = doit_cli(project)
+    assert failed.returncode == 1
+    assert failed.stdout.splitlines()[-1].endswith(" failed (verify:tiny@SM8750; build/failed.json)"), \
+        failed.stdout[-800:]
+    verify = json.loads((pair / "verify.json").read_text())
+    assert verify["status"] == "failed"   # the failed check's own record stays: it holds the numbers
+    for name in claimed:   # the old manifest and bundle said the previous binary passed: gone
+        assert not (pair / name).exists() and not (pair / "bundle" / name).exists(), name
+    text = (project.root / "build/report.md").read_text()
+    assert "1 (model, chip) pairs: 0 pass, 1 failed, 0 not built." in text
+    assert "| tiny | **FAILED** verify:tiny@SM8750: " in text and "(build/tiny/ort-qnn/SM8750/verify.json) |" in text
+    assert "| tiny | SM8750 | v79" not in text   # no row of the old manifest
+    assert "## Last build" in text and "critical path " in text
+    shot, dom = render(project.root / "build/report.html", tmp_path)
+    cell = dom.split('<td class="cell failed"', 1)[1].split("</td>", 1)[0]
+    assert "verify:tiny@SM8750" in cell and verify["failures"][0][:40] in cell.replace("&gt;", ">").replace(
+        "&lt;", "<").replace("&amp;", "&") and "build/tiny/ort-qnn/SM8750/verify.json" in cell
+    assert 'class="cell pass"' not in dom and "<b>1 failed</b>" in dom
+    assert colour_pixels(shot, "#f8dcd8") > 120 * 40   # the red cell, at least 120 x 40 px of it
+
+    again = doit_cli(project)   # the failed record it wrote is no damage: said as what it is
+    assert again.returncode == 1 and "verify:tiny@SM8750 failed in an earlier build" in again.stdout
+    assert "changed since" not in again.stdout
+
+    project.edit("models/tiny.toml", f"max_rel = {measured / 2:.3g}", "max_rel = 0.02")
+    fixed = doit_cli(project)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert (pair / "manifest.json").is_file() and not (project.root / "build/failed.json").exists()
+    assert "1 (model, chip) pairs: 1 pass, 0 failed, 0 not built." in (project.root / "build/report.md").read_text()
+    quiet = doit_cli(project)   # a no-op: one line, the first build's tasks all up to date
+    ran = int(green.stdout.splitlines()[-1].split(" ran, ")[0])
+    assert quiet.stdout.strip().splitlines() == [f"nothing to do: {ran} tasks up to date"], quiet.stdout
+
+
+def doit_cli(project) -> subprocess.CompletedProcess:
+    """doit as a user runs it at a terminal (not under CI's plain reporter, whatever this run's environment)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "QNN_JOBS", "QNN_CACHE")}
+    return subprocess.run([sys.executable, "-m", "doit"], cwd=project.root, env=env, capture_output=True, text=True,
+                          timeout=600)

@@ -279,6 +279,14 @@ def bundle_record(model, chip) -> str:
     return f"{chip_dir(model, chip)}/bundle.json"
 
 
+def claims(model, chip) -> list[str]:
+    """What says a (model, chip)'s binaries passed, or ships them as passed: its verify records, manifest, bundles
+    and runtime-loop records (the report removes those a failure upstream of them overturned)."""
+    return [verified(model, chip), verified(model, chip, "full"), manifest(model, chip), bundle_record(model, chip),
+            ort_bundle(model, chip), sherpa_bundle(model, chip), sherpa_run(model, chip),
+            sherpa_run(model, chip, "full")]
+
+
 def runtime_record(toolchain: str, chip) -> str:
     """The QNN runtime libraries an app ships for one chip, per toolchain (SDK version family)."""
     return (f"{BUILD}/runtime/{toolchain}{f'-qairt{chip.family}' if getattr(chip, 'family', '') else ''}"

@@ -37,7 +37,7 @@ def _chips(value: str) -> tuple[str, ...]:
         return tuple(known)
     for name in wanted:
         if name not in known:
-            raise ValueError(f"unknown chip {name!r}; known: {', '.join(known)}")
+            raise ValueError(chip_table.unknown(name, known))
     return wanted
 
 

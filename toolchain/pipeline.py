@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 import types
 from inspect import Signature, isfunction, signature
 
 from toolchain import artifacts, backends
 from toolchain.deploy import bundle, runtime_libs, selector, sherpa_run
 from toolchain.engine import cache, limits, outputs
+from toolchain.errors import SpecError
 from toolchain.phone import device, step0
 from toolchain.project import Project
+from toolchain.spec import chips as chip_table
 from toolchain.stages import (
     Stage,
     calibrate,
@@ -72,7 +75,8 @@ STAGES = (
     Stage("verify", functools.partial(verify.tasks, tier="default"),
           "HTP simulator vs CPU ONNX, default tier, per model and chip.", "model@chip", threads=2, pool=SIMULATOR),
     Stage("verify_full", functools.partial(verify.tasks, tier="full"),
-          "HTP simulator vs CPU ONNX on every clip (WER), per model and chip; opt-in.", "model@chip", default=False,
+          "HTP simulator vs CPU ONNX on every sample (the model's own metric), per model and chip; "
+          "opt-in.", "model@chip", default=False,
           threads=2, pool=SIMULATOR),
     Stage("diagnose", diagnose.tasks, "The first op whose simulator output departs from the CPU, per model and "
           "chip; on demand (a failed verify names it).", "model@chip", default=False, threads=2, pool=SIMULATOR),
@@ -133,7 +137,31 @@ def task_creators(project: Project) -> dict:
                                       "All tasks of one model.")
     creators["task_chip"] = _creator([_engine(t, meta, options["rehash"]) for t in chip_aliases(project, made)],
                                      "All tasks of one chip, across models.")
+    unknown_aliases(sys.argv[1:], project)
     return creators
+
+
+def unknown_aliases(argv: list[str], project: Project) -> None:
+    """`doit model:<x>` or `chip:<x>` naming no model or chip of this build: one line with the name meant. doit reads
+    its task names only after loading the dodo and would say just 'Invalid parameter'; this is the last point where
+    the tool sees them (sys.argv, as doit was started). Wildcards and other tasks are doit's."""
+    models = [m.name for m in project.models]
+    built = [name for name in project.chips if any(name in m.chips for m in project.models)]
+    for arg in argv:
+        kind, colon, name = arg.partition(":")
+        if not colon or kind not in ("model", "chip") or not name or any(c in name for c in "*?[="):
+            continue
+        if name in (models if kind == "model" else built):
+            continue
+        import difflib  # for an error's suggestion only: not at every load
+        if kind == "model":
+            close = difflib.get_close_matches(name, models, n=1)
+            hint = f"did you mean 'model:{close[0]}'?" if close else f"models: {', '.join(models) or 'none'}"
+            raise SpecError(f"command line: {arg}: no model named {name!r}; {hint}")
+        if name in project.chips:
+            raise SpecError(f"command line: {arg}: no model builds for {name}; the chips models list: "
+                            f"{', '.join(built)} (a model's `chips` in its spec)")
+        raise SpecError(f"command line: {arg}: {chip_table.unknown(name, project.chips)}")
 
 
 def cache_settings(options) -> cache.Settings:

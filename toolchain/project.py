@@ -13,7 +13,7 @@ from toolchain.deploy import sherpa_run
 from toolchain.engine.options import Options
 from toolchain.errors import SpecError
 from toolchain.rewrites import library as rewrites
-from toolchain.shared import modeldata
+from toolchain.shared import modelcode, modeldata
 from toolchain.spec import AUTO
 from toolchain.spec import chips as chip_table
 
@@ -83,6 +83,7 @@ def load(models_dir: str | Path, options: Options) -> Project:
             problem = rewrites.problems(graph.rewrite) if graph.rewrite else ""
             if problem:
                 raise SpecError(f"{model.spec_file}: graphs.{graph.name}.rewrite: {problem}")
+        modelcode.check(model)   # the model file against the model-code protocol: no typo, no hook missing
     models = with_backends(models, chips, options)
     return Project(models=models, chips=chips, full_chips=wanted,
                    gated=frozenset(m.name for m in models if sherpa_run.wanted(m)), options=options)

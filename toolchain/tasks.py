@@ -31,10 +31,6 @@ def for_doit(models_dir: str = "models") -> dict:
         "action_string_formatting": "new",
         "par_type": "thread",              # actions only wait on child processes (docs/scale.md)
         "num_process": options["jobs"],    # parallel by default: the cores it has; per-stage slots keep it sane
-        # [n/N], durations, ETA; a CI log gets doit's own lines
-        # and after a build that ran something, its trace, critical path and the report's section of it
-        "reporter": (trace.console(progress.requested_jobs(sys.argv, options["jobs"]), (report.after_build,))
-                     if os.environ.get("CI") else progress.for_run(options["jobs"], (report.after_build,))),
         "default_tasks": pipeline.DEFAULT,
         "sort": "definition",              # `doit list`: the stages in pipeline order, not alphabetical
     }
@@ -52,6 +48,11 @@ def for_doit(models_dir: str = "models") -> dict:
     gc.disable()
     try:
         loaded = project.load(models_dir, options)
+        # [n/N], durations, ETA; a CI log gets doit's own lines; and after a build that ran something, its trace,
+        # critical path and the report written again from what is true now (failed checks included)
+        after = (report.after(loaded),)
+        config["reporter"] = (trace.console(progress.requested_jobs(sys.argv, options["jobs"]), after)
+                              if os.environ.get("CI") else progress.for_run(options["jobs"], after))
         return {"DOIT_CONFIG": config, **pipeline.in_pipeline_order(pipeline.task_creators(loaded))}
     finally:
         gc.freeze()

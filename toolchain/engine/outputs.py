@@ -12,7 +12,7 @@ import threading
 
 from doit.exceptions import TaskFailed
 
-from toolchain.engine import files, paths, stamps, statedb
+from toolchain.engine import failures, files, paths, stamps, statedb
 
 _LOCAL = threading.local()   # one connection per thread: doit -n N runs actions in threads
 
@@ -84,12 +84,10 @@ def intact(task, values, rehash: bool = False) -> bool:
             continue
         was_size, was_mtime, sha = known[path]
         if size != was_size:
-            print(f"{path}: changed since {task.name} wrote it (size {was_size} -> {size}): rebuilding it")
-            return False
+            return _changed(task.name, path, f"changed since {task.name} wrote it (size {was_size} -> {size})")
         if mtime != was_mtime or rehash or not stamps.seen("sha256", path, st, sha):   # a new ctime: read it
             if files.sha256(path) != sha:
-                print(f"{path}: bytes changed since {task.name} wrote it: rebuilding it")
-                return False
+                return _changed(task.name, path, f"bytes changed since {task.name} wrote it")
             stamps.learn("sha256", path, st, sha)
             if mtime != was_mtime:
                 updates.append((task.name, path, size, mtime, sha))   # touched, same bytes: remember the mtime
@@ -99,6 +97,16 @@ def intact(task, values, rehash: bool = False) -> bool:
         except sqlite3.Error:   # a read-only build/ (`doit list` still answers): recorded by a later run
             pass
     return True
+
+
+def _changed(task_name: str, path: str, how: str) -> bool:
+    """Say why a task runs again: its target changed, or it failed last time and wrote what it had (a failed check's
+    record), which is no damage (read only here, on a mismatch: a no-op never opens the failure record)."""
+    if task_name in failures.load():
+        print(f"{task_name} failed in an earlier build ({path} holds what it wrote then): running it again")
+    else:
+        print(f"{path}: {how}: rebuilding it")
+    return False
 
 
 def rewritten(task_name: str, path: str) -> None:

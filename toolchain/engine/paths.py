@@ -11,3 +11,4 @@ TRACE = f"{BUILD}/trace.json"   # where the last build's time went (trace.py)
 TRACE_SVG = f"{BUILD}/trace.svg"   # the same as a timeline picture
 TRACES = f"{BUILD}/traces"   # and the last few builds'
 DURATIONS = f"{BUILD}/.durations.json"   # how long each task took last time (progress.py's estimate)
+FAILED = f"{BUILD}/failed.json"   # what failed and has not passed since, and what it leaves unproven (failures.py)

@@ -1,7 +1,8 @@
 """Progress with an ETA, as a doit reporter (doit's reporter API: nothing prints from actions). Keeps the
-console reporter's lines (`.  task`, `-- task`) and adds, as each task ends, `[n/N]` over the tasks with
-actions that were selected, its duration, the time so far and an estimate of the time left from the
-durations earlier builds recorded (build/.durations.json), or "unknown" when there is none yet.
+console reporter's `.  task` lines (not its `-- task` per up-to-date task: the build's last line counts them) and
+adds, as each task ends, `[n/N]` over the tasks with actions that were selected, its duration, the time so far and
+an estimate of the time left from the durations earlier builds recorded (build/.durations.json), or "unknown" when
+there is none yet.
 `CI=true` keeps doit's plain reporter; `--reporter` chooses another as usual."""
 from __future__ import annotations
 

@@ -9,7 +9,10 @@ overlaps itself and the lanes in use at a moment are the tasks running then. A t
 
 The critical path walks back from the task that ended last to what let it start: the dependency (task_dep, or the
 task whose target it reads) that ended last or, when it started later than that because every job or its stage's
-slots were taken, the task that ended last before it started (a `⇢` in the line: it waited for a job or a slot)."""
+slots were taken, the task that ended last before it started (a `⇢` in the line: it waited for a job or a slot).
+
+Every build ends with one line of counts: `N ran, M up to date, K failed (…)`, or `nothing to do` for a no-op; what
+failed is kept in build/failed.json (failures.py) until it passes."""
 from __future__ import annotations
 
 import json
@@ -21,7 +24,7 @@ from html import escape
 
 from doit.reporter import ConsoleReporter
 
-from toolchain.engine import paths
+from toolchain.engine import failures, paths
 from toolchain.engine.files import atomic_path
 
 KEPT = 5   # traces of earlier builds kept in build/traces/
@@ -201,11 +204,14 @@ class Traced:
 
     jobs = 1
     after: tuple = ()
+    quiet_up_to_date = True   # no `-- task` line per up-to-date task: the build's last line counts them
 
     def initialize(self, tasks, selected_tasks):
         super().initialize(tasks, selected_tasks)  # type: ignore[misc]
         self._tasks, self._t0, self._open, self._slices = tasks, time.monotonic(), {}, []
         self._load = [(0.0, round(os.getloadavg()[0], 2))]
+        self._failed: dict[str, str] = {}   # task -> its one-line reason (tasks that ran and failed)
+        self._up_to_date = 0
 
     def _dependencies(self) -> dict[str, set[str]]:
         """Each task's task_dep and setup tasks, and the tasks whose targets it reads (made only when a task ran:
@@ -236,21 +242,46 @@ class Traced:
         super().add_success(task)  # type: ignore[misc]
 
     def add_failure(self, task, fail):
+        if task.name in self._open:   # it ran (doit reports the tasks it skipped for it as failures too)
+            self._failed[task.name] = failures.reason(fail)
         self._ended(task, "failed")
         super().add_failure(task, fail)  # type: ignore[misc]
+
+    def skip_uptodate(self, task):
+        if task.actions:
+            self._up_to_date += 1
+        if not self.quiet_up_to_date:
+            super().skip_uptodate(task)  # type: ignore[misc]
 
     def complete_run(self):
         slices = sorted(self._slices, key=lambda s: s.start - s.waited)
         if slices and os.path.isdir(paths.BUILD):
-            line = summary(slices, self._dependencies(), time.monotonic() - self._t0, self.jobs)
+            deps = self._dependencies()
+            line = summary(slices, deps, time.monotonic() - self._t0, self.jobs)
             try:
                 write(slices, self._load, line)
+                failures.update(self._tasks, deps, {s.task for s in slices if s.status != "failed"}, self._failed)
                 for then in self.after:
                     then(line)
             except OSError:
                 pass   # a read-only build/: the build's outcome is not the trace's
             self.write(line + "\n")  # type: ignore[attr-defined]
         super().complete_run()  # type: ignore[misc]
+        self.write(self.counts(slices) + "\n")  # type: ignore[attr-defined]
+
+    def counts(self, slices: list[Slice]) -> str:
+        """The build's last line: what ran, what was up to date, what failed (Ninja's "no work to do" for a no-op)."""
+        if not slices:
+            return f"nothing to do: {self._up_to_date} tasks up to date"
+        ran = sum(1 for s in slices if s.status == "ran")
+        restored = sum(1 for s in slices if s.status == "restored")
+        line = f"{ran} ran, " + (f"{restored} restored from the cache, " if restored else "")
+        line += f"{self._up_to_date} up to date, {len(self._failed)} failed"
+        if self._failed:
+            names = sorted(self._failed)
+            line += f" ({', '.join(names[:3])}{f' and {len(names) - 3} more' if len(names) > 3 else ''}"
+            line += f"; {paths.FAILED})" if os.path.isfile(paths.FAILED) else ")"
+        return line
 
 
 def console(jobs: int, after: tuple = ()) -> type:

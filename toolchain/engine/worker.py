@@ -160,9 +160,21 @@ def main(argv: list[str]) -> int:
         if user is None:
             raise
         traceback.print_exc(file=sys.stdout)
-        print(f"{FAILED}{user}: {type(err).__name__}: {err}", flush=True)
+        print(f"{FAILED}{user}: {type(err).__name__}: {err}{missing_package(err)}", flush=True)
         return EXIT_FAILED
     return 0
+
+
+def missing_package(err: BaseException) -> str:
+    """What to do about a package the user's code imports and this environment lacks (the load-time check sees
+    top-level imports only: this is one inside a function): the same fix the spec's `requires` check gives."""
+    if not isinstance(err, ModuleNotFoundError) or not err.name or err.name.startswith("."):
+        return ""
+    package = err.name.split(".")[0]
+    if package != err.name and package in sys.modules:   # the package is there, a module of it is not
+        return ""
+    return (f"; {package} is not installed: pip install '{package}', and add it to the spec: "
+            f"requires = [\"{package}\"] (checked at load)")
 
 
 def where_in_user_code(err: BaseException) -> str | None:

@@ -6,6 +6,8 @@ import math
 import time
 from typing import NotRequired, TypedDict
 
+from toolchain.spec import VERIFY_BOUNDS
+
 # numpy is imported where used: doit's own process loads this module on every run (tests/test_engine_worker.py)
 
 
@@ -112,6 +114,21 @@ def allowed(check: dict, where: str) -> str:
 
 
 RANGE = "range = the largest |value| of the CPU output in that call"
+
+# One fp16 step relative to a value (10 mantissa bits): an fp16 graph's output is off by about this much of its range
+# from its last rounding alone, whatever its ops do.
+FP16_STEP = 2 ** -10
+
+
+def beyond_precision(check: dict, precision: str) -> str:
+    """For a bound tighter than the graph's precision can hold (an fp16 graph's max_rel below one fp16 step), that
+    sentence, to be said before any op is blamed; '' otherwise."""
+    bound = check.get("max_rel")
+    if precision != "fp16" or bound is None or check.get("max_abs") or bound >= FP16_STEP:
+        return ""
+    return (f"the bound max_rel {bound:g} is below what fp16 can hold (one fp16 step is 2^-10 = {FP16_STEP:.2g} of "
+            f"a value, before any op adds its own rounding), so no op is to blame: raise it to 0.002 or more (the "
+            f"default is {VERIFY_BOUNDS['max_rel']:g})")
 
 
 def output_checks(graph, verify: dict) -> dict[str, OutputCheck]:

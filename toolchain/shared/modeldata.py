@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+from dataclasses import dataclass
 from pathlib import Path
 
 from toolchain.errors import StageFailed
@@ -17,24 +18,44 @@ def defines(module_file: str, name: str) -> bool:
     doit's own process decides a task's shape from it without importing the model's code. A file that does not parse
     defines nothing here: the step that imports it names the file and line of the syntax error."""
     source = Path(module_file).read_bytes()
-    return name.encode() in source and name in _top_level_names(source)   # a name it never spells: no parse
+    return name.encode() in source and name in outline(source).names   # a name it never spells: no parse
+
+
+@dataclass(frozen=True)
+class Outline:
+    """What a model file's source holds at its top level, read with ast (never imported)."""
+    parsed: bool                         # False: a syntax error (the step that imports it names file and line)
+    names: frozenset[str]                # every name it defines: functions, assignments, imported names
+    functions: tuple[tuple[str, int], ...]   # (name, line) of each top-level def
+    imports: tuple[tuple[str, int], ...]     # (top-level package, line) of each absolute import at top level
+    star: bool                           # a `from x import *`: its names are unknown without importing it
 
 
 @functools.lru_cache(maxsize=64)
-def _top_level_names(source: bytes) -> frozenset[str]:
-    """The names a model file's source defines at its top level, parsed once per source (tasks ask per model
-    and chip: 80 parses were a third of a no-op `doit` of the shipped models)."""
+def outline(source: bytes) -> Outline:
+    """A model file's top level, parsed once per source (tasks ask per model and chip: 80 parses were a third of a
+    no-op `doit` of the shipped models)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        return frozenset()
-    names = [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        return Outline(False, frozenset(), (), (), False)
+    functions = tuple((node.name, node.lineno) for node in tree.body
+                      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    names = [name for name, _ in functions]
+    imports: list[tuple[str, int]] = []
+    star = False
     for node in tree.body:
         if isinstance(node, ast.Assign):
             names += [n.id for target in node.targets for n in ast.walk(target) if isinstance(n, ast.Name)]
         elif isinstance(node, ast.ImportFrom):
             names += [alias.asname or alias.name for alias in node.names]
-    return frozenset(names)
+            star = star or any(alias.name == "*" for alias in node.names)
+            if node.level == 0 and node.module:
+                imports.append((node.module.split(".")[0], node.lineno))
+        elif isinstance(node, ast.Import):
+            names += [(alias.asname or alias.name).split(".")[0] for alias in node.names]
+            imports += [(alias.name.split(".")[0], node.lineno) for alias in node.names]
+    return Outline(True, frozenset(names), functions, tuple(imports), star)
 
 
 def data_files(data_dir: str | None) -> list[str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.errors import SpecError
+from toolchain.spec import chips as chip_table
 from toolchain.spec import windows
 from toolchain.spec.graphs import graph as _graph
 from toolchain.spec.records import (
@@ -24,7 +25,7 @@ from toolchain.spec.records import (
 )
 from toolchain.spec.sources import checkpoint as _checkpoint
 from toolchain.spec.sources import requires as _requires
-from toolchain.spec.table import Settings, Table, plain
+from toolchain.spec.table import Settings, Table, closest_path, near, plain
 
 __all__ = ["AUTO", "Checkpoint", "Graph", "Model", "Settings", "SpecError", "Table", "Tensor", "load", "load_file",
            "plain"]
@@ -90,7 +91,7 @@ def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
     data_dir = top.opt("data", str, None)
     if data_dir is not None:
         if not (here / data_dir).is_dir():
-            top.fail("data", f"no folder {here / data_dir}")
+            top.fail("data", f"no folder {here / data_dir}{near(here, data_dir)}")
         data_dir = str(here / data_dir)
     export_settings = _export(top.sub("export", required=False))
     compile_settings = _compile(top.sub("compile", required=False))
@@ -127,12 +128,15 @@ def _code(top: Table, here: Path) -> tuple:
     module = top.req("module", str)
     module_file = here / f"{module}.py"
     if not module_file.is_file():
-        top.fail("module", f"no export code at {module_file}; write models/{module}.py")
-    uses = tuple(str(here / str(u)) for u in top.opt("uses", list, []))
+        guess = closest_path(here, f"{module}.py")
+        hint = f'; did you mean module = "{guess.removesuffix(".py")}"?' if guess.endswith(".py") else ""
+        top.fail("module", f"no export code at {module_file}; write models/{module}.py{hint}")
+    written = [str(u) for u in top.opt("uses", list, [])]
+    uses = tuple(str(here / u) for u in written)
     requires = _requires(top)
-    for used in uses:
+    for used, rel in zip(uses, written):
         if not Path(used).is_file():
-            top.fail("uses", f"no file {used} (model code the module imports, relative to the spec)")
+            top.fail("uses", f"no file {used} (model code the module imports, relative to the spec){near(here, rel)}")
     return module_file, uses, requires
 
 
@@ -145,10 +149,7 @@ def _chips(top: Table, chips: dict) -> tuple[str, ...]:
             top.fail("chips", f"expected chip ids (strings) like \"SM8750\", got {chip!r}")
     for chip in chip_names:
         if chip not in chips:
-            import difflib  # for an error's suggestion only: not at every load
-            close = difflib.get_close_matches(str(chip), chips, n=1)
-            hint = f"did you mean '{close[0]}'?" if close else f"known chips: {', '.join(chips)}"
-            top.fail("chips", f"unknown chip {chip!r}; {hint}")
+            top.fail("chips", chip_table.unknown(chip, chips))
     if len(set(chip_names)) != len(chip_names):
         top.fail("chips", "a chip is listed twice")
     return chip_names

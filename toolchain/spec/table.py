@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Mapping
+from pathlib import Path
 
 from toolchain.errors import SpecError
 
@@ -89,3 +91,29 @@ class Table:
                 close = difflib.get_close_matches(key, self.used, n=1)
                 hint = f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(sorted(self.used))}"
                 self.fail(key, f"unknown key{hint}")
+
+
+def near(here: Path, written: str) -> str:
+    """'; did you mean "data/photos"?' for a path a spec writes (relative to `here`) that does not exist, or ''."""
+    guess = closest_path(here, written)
+    return f'; did you mean "{guess}"?' if guess else ""
+
+
+def closest_path(here: Path, written: str) -> str:
+    """The path a spec meant by one that does not exist: its first missing part replaced by the closest name in the
+    folder that holds it (the rest kept), when that path exists; '' when nothing is close."""
+    import difflib  # for an error's suggestion only: not at every load
+    parts = Path(written).parts
+    for i, part in enumerate(parts):
+        folder = here.joinpath(*parts[:i])
+        if (folder / part).exists():
+            continue
+        try:
+            names = [p.name for p in folder.iterdir() if not p.name.startswith((".", "__"))]
+        except OSError:
+            return ""
+        for name in difflib.get_close_matches(part, names, n=3):
+            if here.joinpath(*parts[:i], name, *parts[i + 1:]).exists():
+                return os.path.join(*parts[:i], name, *parts[i + 1:])
+        return ""
+    return ""

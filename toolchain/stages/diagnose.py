@@ -304,12 +304,15 @@ def _line(found: dict) -> str:
     within = found.get("last_within")
     before = f"; the op before it, {within['op']} ({within['op_type']}), is within" if within else \
         "; it is the first op on the input"
-    return (f"{found['verdict']}{tail} (limit {found['limits']['max_rel']}){before}{_alone(found)} "
-            f"[{found['compiles']} compiles]")
+    # diagnose cuts fp16 graphs only (pieces()): a limit below fp16's step is said before any op is named
+    tight = measures.beyond_precision({"max_rel": found["limits"]["max_rel"]}, "fp16")
+    return (f"{tight + '; then: ' if tight else ''}{found['verdict']}{tail} (limit {found['limits']['max_rel']})"
+            f"{before}{_alone(found, bool(tight))} [{found['compiles']} compiles]")
 
 
-def _alone(found: dict) -> str:
-    """What the op did on its own, fed the CPU's values of its inputs."""
+def _alone(found: dict, tight: bool = False) -> str:
+    """What the op did on its own, fed the CPU's values of its inputs (`tight`: the limit is below fp16's step, so
+    an op off alone is fp16's rounding, not the op's fault)."""
     lone = found.get("alone")
     if not lone:
         return ""
@@ -317,6 +320,9 @@ def _alone(found: dict) -> str:
         return f"; alone it does not compile ({lone['error'][:120]})"
     wrong = float(lone["max_rel"]) > found["limits"]["max_rel"] or \
         float(lone["cosine"]) < (found["limits"].get("min_cosine") or -1)
+    if wrong and tight:
+        return (f"; alone, fed the CPU's inputs, it is off too (max error {float(lone['max_rel']):.3g}): fp16's own "
+                "rounding, which the limit does not allow for")
     return (f"; alone, fed the CPU's inputs, it is wrong too (max error {float(lone['max_rel']):.3g}): the op's own "
             "fault" if wrong else "; alone, fed the CPU's inputs, it is within: the fault needs its neighbours")
 

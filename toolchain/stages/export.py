@@ -15,7 +15,7 @@ from doit.tools import config_changed
 from toolchain import artifacts
 from toolchain.engine import versions
 from toolchain.engine.files import atomic_path, sha256, write_json
-from toolchain.engine.worker import load_module, run
+from toolchain.engine.worker import load_module, missing_package, run
 from toolchain.errors import StageFailed
 from toolchain.shared import modeldata
 from toolchain.shared.iorecord import io_record
@@ -256,12 +256,15 @@ def pin_shapes(onnx_model, io: dict, where: str) -> dict:
     for name, shape in declared.items():
         dims = inputs[name].type.tensor_type.shape.dim
         if len(dims) != len(shape):
-            raise StageFailed(f"{where}: input {name} has {len(dims)} axes, the spec declares {shape}")
+            raise StageFailed(f"{where}: input {name} has {len(dims)} axes, the spec declares {shape}: a given ONNX "
+                              f"keeps its rank, so declare inputs.{name} with {len(dims)} axes")
         for axis, (dim, size) in enumerate(zip(dims, shape)):
             if dim.HasField("dim_value") and dim.dim_value > 0:
                 if dim.dim_value != size:
+                    fits = [dim.dim_value if i == axis else d for i, d in enumerate(shape)]
                     raise StageFailed(f"{where}: input {name} axis {axis} is fixed at {dim.dim_value} in the model, "
-                                      f"the spec declares {size}")
+                                      f"the spec declares {size}: a given ONNX keeps its fixed sizes, so declare "
+                                      f"inputs.{name} shape = {fits}")
                 continue
             fixed.setdefault(name, {})[str(axis)] = f"{dim.dim_param or '?'} -> {size}"
             dim.Clear()
@@ -294,7 +297,8 @@ def pin_shapes(onnx_model, io: dict, where: str) -> dict:
         got = [d.dim_value for d in dims]
         if output.name in wanted and got != list(wanted[output.name]):
             raise StageFailed(f"{where}: output {output.name} is {got} with the inputs pinned, the spec declares "
-                              f"{wanted[output.name]}")
+                              f"{wanted[output.name]}: an output's shape follows from the inputs, so declare "
+                              f"outputs.{output.name} shape = {got}")
     onnx_model.graph.CopyFrom(inferred.graph)
     return fixed
 
@@ -336,9 +340,10 @@ def code_failed(module_file: str, what: str, checkpoint: str | None, err: Except
     frames = [f for f in traceback.extract_tb(err.__traceback__)
               if os.path.abspath(f.filename) == os.path.abspath(module_file)]
     where = f" at {module_file}:{frames[-1].lineno}" if frames else ""
-    given = f" given the checkpoint {checkpoint}" if checkpoint else ""
+    given = f" given the checkpoint {checkpoint}" if checkpoint and not missing_package(err) else ""
+    question = "; is that file the checkpoint this code reads (format, contents)?" if given else ""
     return StageFailed(f"{module_file}: {what}{given} failed{where}: {type(err).__name__}: {str(err)[:300]}"
-                       + ("; is that file the checkpoint this code reads (format, contents)?" if checkpoint else ""))
+                       + (missing_package(err) or question))
 
 
 def onnx_or_fail(path, what: str) -> None:

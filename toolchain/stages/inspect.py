@@ -34,11 +34,22 @@ def tasks(project: Project):
                    "doc": f"{model.name}/{graph.name}: assert static shapes, batch 1, int32 I/O, declared names, "
                           f"no op the HTP is known to compute wrong",
                    "file_dep": [src, str(known_wrong.TABLE)], "targets": [out], "clean": True,
-                   "actions": [(in_process, (check, src, declared, model.spec_file, out))],
+                   "actions": [(in_process, (check, src, declared, model.spec_file, out, graph.name))],
                    "uptodate": [config_changed(declared)]}
 
 
-def problems(model, declared: dict, spec_file: str) -> list[str]:
+def _which_side(kind: str, name: str, dims: list, shape: list, graph: str) -> str:
+    """Which side of a shape mismatch to change: an output's shape follows from the inputs (the spec is wrong); an
+    input's is the interface the app feeds (the export is, unless the app feeds what the ONNX takes)."""
+    field = f"graphs.{graph}.{kind}s.{name}" if graph else f"{kind}s.{name}"
+    if kind == "output":
+        return (f"an output's shape follows from the inputs, so declare {field} shape = {dims} (or change the "
+                f"graph, if it must make {shape})")
+    return (f"the spec is what the app feeds, so make export() build the graph with an input of {shape} (its "
+            f"example input's shape), or, if the app feeds {dims}, declare {field} shape = {dims}")
+
+
+def problems(model, declared: dict, spec_file: str, graph: str = "") -> list[str]:
     """Every way the ONNX graph breaks the NPU rules or the spec; empty when it is fine."""
     found = []
     for kind, values in (("input", model.graph.input), ("output", model.graph.output)):
@@ -59,7 +70,8 @@ def problems(model, declared: dict, spec_file: str) -> list[str]:
                 continue
             _, shape, want_dtype = want_by_name[v.name]
             if dims != shape:
-                found.append(f"{kind} '{v.name}': shape {dims}, {spec_file} declares {shape}")
+                found.append(f"{kind} '{v.name}': shape {dims} in the ONNX, {spec_file} declares {shape}: "
+                             + _which_side(kind, v.name, dims, shape, graph))
             if dtype != want_dtype:
                 found.append(f"{kind} '{v.name}': dtype {dtype}, {spec_file} declares {want_dtype}")
             axis = declared["batch_axes"].get(v.name)
@@ -73,10 +85,10 @@ def problems(model, declared: dict, spec_file: str) -> list[str]:
     return found
 
 
-def check(src: str, declared: dict, spec_file: str, out: str):
+def check(src: str, declared: dict, spec_file: str, out: str, graph: str = ""):
     import onnx
     model = onnx.load(src, load_external_data=False)
-    found = problems(model, declared, spec_file)
+    found = problems(model, declared, spec_file, graph)
     found += [known_wrong.message(node, row) for node, row in known_wrong.found(model, declared["precision"])]
     if found:
         raise StageFailed(f"{src}: " + "; ".join(found))

@@ -168,7 +168,14 @@ def compare_tensors(module, module_file: str, reference, candidate, data_dir, io
     errors = measures.tensor_errors(reference, candidate, feeds)
     failures = [f"{g}: max abs error {e['max_abs']:.3g} > {settings['max_abs']}"
                 for g, e in errors.items() if e["max_abs"] > settings["max_abs"]]
-    return {"tensors": errors, "settings": settings}, failures
+    return {"tensors": errors, "settings": settings, "inputs": inputs_used(module, samples, io, streams)}, failures
+
+
+def inputs_used(module, samples: list, io: dict, streams: dict) -> dict:
+    """Which inputs each check used, for the record: each graph's per-call feeds, and the samples the stream loops
+    and the task metric ran on."""
+    return {"tensors": stream.feeds_origin(module, samples[0] if samples else None, io, streams),
+            "samples": [s[0] for s in samples]}
 
 
 def compare(module, module_file: str, reference, candidate, data_dir, io: dict, streams: dict, settings: dict,
@@ -180,7 +187,8 @@ def compare(module, module_file: str, reference, candidate, data_dir, io: dict, 
     if errors is None:
         record, failures = compare_tensors(module, module_file, reference, candidate, data_dir, io, streams, settings)
     else:
-        record, failures = {"tensors": errors, "settings": settings}, []
+        record, failures = {"tensors": errors, "settings": settings,
+                            "inputs": inputs_used(module, samples, io, streams)}, []
     runs: dict = {}
     if streams and samples:
         bound = {g: {o[0]: {"max_abs": settings["max_abs"]} for o in io[g]["outputs"]} for g in streams}

@@ -1,13 +1,20 @@
-"""Summary table of every (model, chip) manifest: printed and written to build/report.md (and, with a
-chart, to build/report.html by report_html.py)."""
+"""Summary of every (model, chip) of the project: printed and written to build/report.md (and, with a chart, to
+build/report.html by report_html.py). It opens with the model x chip grid: pass (its key metric and binary size),
+failed (its one-line reason and the file that holds its numbers) or not built; then the tables of the manifests.
+
+The report tells what is true now, failed checks included: the report task cannot run when a check it depends on
+failed (doit skips it, under --continue too), so after every build that ran something, after_build() writes it again
+from the manifests on disk and the engine's record of what failed (engine/failures.py), and first removes what
+still claims a result the failure overturned (claims(): the old manifest, verify records and bundles downstream)."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING
 
 from toolchain import artifacts
-from toolchain.engine import outputs, paths
+from toolchain.engine import failures, outputs, paths
 from toolchain.engine.files import atomic_path, read_json
 from toolchain.engine.worker import in_process
 from toolchain.stages import families, manifest, report_html
@@ -24,15 +31,14 @@ def tasks(project: Project):
     return {"doc": "summary table of all manifests -> build/report.md (and stdout), build/report.html",
             "file_dep": manifests + runs, "targets": [artifacts.REPORT, artifacts.REPORT_HTML], "clean": True,
             "verbosity": 2,
-            "actions": [(in_process, (write, manifests, artifacts.REPORT, runs)),
-                        (in_process, (report_html.write, manifests, artifacts.REPORT_HTML))]}
+            "actions": [(in_process, (write_all, pairs(project, project.model_chips()), runs))]}
 
 
 def sources(project: Project, model_chips) -> tuple[list[str], list[str]]:
     """The manifests of these (model, chip) pairs, and the runtime-loop records of the runtime-gated ones."""
-    pairs = list(model_chips)
-    return ([artifacts.manifest(m, c) for m, c in pairs],
-            [artifacts.sherpa_run(m, c, tier) for m, c in pairs if project.runtime_gate(m)
+    found = list(model_chips)
+    return ([artifacts.manifest(m, c) for m, c in found],
+            [artifacts.sherpa_run(m, c, tier) for m, c in found if project.runtime_gate(m)
              for tier in ("default", "full") if tier == "default" or project.wants_full_tier(m, c)])
 
 
@@ -41,7 +47,74 @@ def of_part(project: Project, model_chips, out: str) -> dict:
     build made (the same tables as build/report.md), without building the rest."""
     manifests, runs = sources(project, model_chips)
     return {"file_dep": manifests + runs, "targets": [out], "clean": True, "verbosity": 2,
-            "actions": [(in_process, (write, manifests, out, runs))]}
+            "actions": [(in_process, (write, pairs(project, model_chips), out, runs))]}
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One (model, chip) of the project, as the report finds it: its manifest and what claims a result for it."""
+    model: str
+    chip: str
+    manifest: str
+    claims: tuple[str, ...]
+
+
+def pairs(project: Project, model_chips) -> list[Pair]:
+    return [Pair(m.name, c.name, artifacts.manifest(m, c), tuple(artifacts.claims(m, c))) for m, c in model_chips]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (model, chip) of the grid: "pass", "failed" or "not built"; a passing cell's manifest, a failed one's
+    reason, the task that failed and the file that holds its numbers."""
+    model: str
+    chip: str
+    state: str
+    record: dict | None = None
+    reason: str = ""
+    task: str = ""
+    numbers: str = ""
+
+
+def grid(found: list[Pair], standing: dict[str, dict]) -> list[Cell]:
+    """Each pair's state now: failed where a standing failure made or overturned its manifest (the failure furthest
+    upstream named), else passed where its manifest is, else not built."""
+    cells = []
+    for p in found:
+        hits = [(name, f) for name, f in standing.items() if p.manifest in f["blocked"] or p.manifest in f["targets"]]
+        if hits:
+            name, f = max(hits, key=lambda hit: (len(hit[1]["blocked"]), hit[0]))
+            cells.append(Cell(p.model, p.chip, "failed", reason=f["reason"], task=name, numbers=numbers_of(f)))
+        elif os.path.isfile(p.manifest):
+            record = read_json(p.manifest)
+            passed = all(v.get("status", "passed") == "passed" for v in record["verify"].values())
+            cells.append(Cell(p.model, p.chip, "pass", record) if passed else
+                         Cell(p.model, p.chip, "failed", record, "a check in its manifest is over its limit",
+                              numbers=p.manifest))
+        else:
+            cells.append(Cell(p.model, p.chip, "not built"))
+    return cells
+
+
+def numbers_of(failure: dict) -> str:
+    """The failed task's record that holds its numbers (a failed verify's verify.json), else its log."""
+    there = [t for t in failure["targets"] if os.path.isfile(t)]
+    return next((t for t in there if t.endswith(".json")), next((t for t in there if t.endswith(".log")), ""))
+
+
+def overturned(found: list[Pair], standing: dict[str, dict]) -> list[str]:
+    """Remove what still claims a result a standing failure overturned: a pair's old manifest, verify records, bundles
+    and runtime-loop records downstream of the failed task (the failed task's own record stays: it holds the numbers).
+    The binaries and everything upstream stay (a fix rebuilds only what it touches)."""
+    removed = []
+    for f in standing.values():
+        blocked, own = set(f["blocked"]), set(f["targets"])
+        for p in found:
+            for path in p.claims:
+                if path in blocked and path not in own and os.path.isfile(path):
+                    os.remove(path)
+                    removed.append(path)
+    return removed
 
 
 def row(m: dict) -> list[str]:
@@ -54,7 +127,7 @@ def row(m: dict) -> list[str]:
             parity.get("task", {}).get("summary", "-"),
             _sim_error(m, verify),
             verify.get("task", {}).get("summary", "-"), full,
-            f"{verify['seconds']:.0f}", m["sdk"]["build_id"] or "?"]
+            f"{verify['seconds']:.3g}", m["sdk"]["build_id"] or "?"]
 
 
 def _sim_error(m: dict, verify: dict) -> str:
@@ -93,9 +166,10 @@ def cost_rows(manifests: list[dict], runs: dict) -> list[list[str]]:
 
 
 def _per_call(m: dict, graph: str, digits: int) -> str:
-    """Simulator seconds per call of the verify stage's tensor check (onnxruntime's QNN EP)."""
+    """Simulator seconds per call of the verify stage's tensor check (onnxruntime's QNN EP), to `digits`
+    significant digits (a 0.02 s call is not rounded to 0)."""
     t = m["verify"]["default"]["tensors"][graph].get("seconds_per_call")
-    return "-" if t is None else f"{t:.{digits}f}"
+    return "-" if t is None else f"{t:.{max(digits, 2)}g}"
 
 
 STREAM = ("model", "chip", "graph", "chunk / hop / context", "I/O bytes per call", "sim s per call",
@@ -153,25 +227,17 @@ def window_rows(manifests: list[dict]) -> list[list[str]]:
     return rows
 
 
-QNN = ("model", "graph", "QNN graph nodes", "ops by type (the EP's HTP lowering)", "tensors", "weights MB")
+def write_all(found: list[Pair], runs, show: bool = True) -> None:
+    """build/report.md and report.html (the report task's action, and after_build's, which prints nothing)."""
+    cells = grid(found, failures.load())
+    write(found, artifacts.REPORT, runs, cells, show)
+    report_html.write(cells, artifacts.REPORT_HTML)
 
 
-def qnn_rows(manifests: list[dict]) -> list[list[str]]:
-    """What each graph became on the NPU, from the convert records (once per model: the recording is the same
-    for every chip)."""
-    rows, seen = [], set()
-    for m in manifests:
-        for graph, r in m.get("qnn_graph", {}).items():
-            if (m["model"], graph) in seen:
-                continue
-            seen.add((m["model"], graph))
-            ops = ", ".join(f"{op} {n}" for op, n in r["ops"].items())
-            rows.append([m["model"], graph, str(r["nodes"]), ops, str(r["tensors"]), f"{r['weight_bytes'] / 1e6:.1f}"])
-    return rows
-
-
-def write(manifests: list[str], out: str, runs: tuple[str, ...] | list[str] = ()):
-    records = [read_json(p) for p in manifests]
+def write(found: list[Pair], out: str, runs: tuple[str, ...] | list[str] = (), cells: list[Cell] | None = None,
+          show: bool = True):
+    cells = grid(found, failures.load()) if cells is None else cells
+    records = [c.record for c in cells if c.record is not None]
     by_chip = {}
     for path in runs:   # the default tier's record, replaced by the full tier's where it ran
         if os.path.exists(path):
@@ -179,10 +245,10 @@ def write(manifests: list[str], out: str, runs: tuple[str, ...] | list[str] = ()
             key = (path.split("/")[1], path.split("/")[3])
             if key not in by_chip or r["tier"] == "full":
                 by_chip[key] = r
-    text = "# Build report\n\n" + table([row(r) for r in records])
+    text = "# Build report\n\n" + grid_table(cells) + "\n" + table([row(r) for r in records])
     costs = cost_rows(records, by_chip)
     if costs:
-        text += ("\n## Encoder/decoder cost per call\n\n"
+        text += ("\n## Encoder/decoder cost per call (simulator seconds, not device latency)\n\n"
                  + table(costs, COST))
     streams = stream_rows(records)
     if streams:
@@ -192,16 +258,43 @@ def write(manifests: list[str], out: str, runs: tuple[str, ...] | list[str] = ()
     if windows:
         text += ("\n## Windows (one graph pair per input length; docs/whisper-windows.md)\n\n"
                  + table(windows, WINDOWS))
-    graphs = qnn_rows(records)
+    graphs = report_html.qnn_rows(records)
     if graphs:
-        text += "\n## QNN graphs (convert: what each graph became on the NPU)\n\n" + table(graphs, QNN)
+        text += "\n## QNN graphs (convert: what each graph became on the NPU)\n\n" + table(graphs, report_html.QNN)
     builds = families.rows(records)
     if builds:
         text += ("\n## QAIRT families (one model and chip built with several; a runtime loads its own family's "
                  "binaries and older ones)\n\n" + table(builds, families.COLUMNS))
     with atomic_path(out) as tmp:
         tmp.write_text(text + last_build(out))
-    print(text)
+    if show:
+        print(text)
+
+
+def grid_table(cells: list[Cell]) -> str:
+    """The model x chip grid in Markdown: one row per model, one column per chip."""
+    chips = sorted({c.chip for c in cells})
+    models = sorted({c.model for c in cells})
+    at = {(c.model, c.chip): c for c in cells}
+    failed = sum(1 for c in cells if c.state == "failed")
+    lines = [f"{len(cells)} (model, chip) pairs: {sum(1 for c in cells if c.state == 'pass')} pass, {failed} failed, "
+             f"{sum(1 for c in cells if c.state == 'not built')} not built.\n",
+             "| model | " + " | ".join(chips) + " |", "|---|" + "---|" * len(chips)]
+    for m in models:
+        lines.append(f"| {m} | " + " | ".join(_grid_cell(at.get((m, chip))) for chip in chips) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _grid_cell(cell: Cell | None) -> str:
+    if cell is None:
+        return ""
+    if cell.state == "pass" and cell.record is not None:
+        metric, size = report_html.key_metric(cell.record), report_html.binaries_mb(cell.record)
+        return f"pass · {metric} · {size}".replace("|", "/")
+    if cell.state == "failed":
+        where = f" ({cell.numbers})" if cell.numbers else ""
+        return f"**FAILED** {cell.task}: {cell.reason}{where}".replace("|", "/")
+    return "not built"
 
 
 LAST_BUILD = "\n## Last build\n\n"   # the section after_build() rewrites
@@ -217,9 +310,21 @@ def last_build(out: str) -> str:
     return before[before.index(LAST_BUILD):] if LAST_BUILD in before else ""
 
 
-def after_build(summary_line: str) -> None:
-    """After a build that ran something (engine/trace.py): build/report.md and report.html end with its critical
-    path and timeline (build/trace.svg), recorded as the report task's own bytes (outputs.rewritten)."""
+def after(project: Project):
+    """What the build calls after it ran something (engine/trace.py's `after`): after_build for this project."""
+    def then(summary_line: str) -> None:   # the pairs found only then: a no-op pays nothing
+        after_build(summary_line, pairs(project, project.model_chips()), sources(project, project.model_chips())[1])
+    return then
+
+
+def after_build(summary_line: str, found: list[Pair], runs: list[str]) -> None:
+    """After a build that ran something: what a standing failure overturned is removed, build/report.md and
+    report.html are written from what is true now (the report task is skipped when a check failed) and end with the
+    build's critical path and timeline (build/trace.svg), recorded as the report task's own bytes."""
+    standing = failures.load()
+    for path in overturned(found, standing):
+        print(f"removed {path}: it claimed a result that a failed step overturned ({paths.FAILED})")
+    write_all(found, runs, show=False)
     section = (f"{LAST_BUILD}{summary_line}\n\n![timeline of the last build, one row per lane]"
                f"({os.path.relpath(paths.TRACE_SVG, os.path.dirname(artifacts.REPORT))})\n"
                f"Trace: {paths.TRACE} (opens in Perfetto or chrome://tracing)\n")

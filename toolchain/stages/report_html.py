@@ -1,13 +1,14 @@
-"""build/report.html from the same manifests as report.md: per model each check's margin to its limit, per chip
-the cost of each graph (compile seconds, simulator seconds per call, binary MB), then per (model, chip) the
-status, binary sizes, precision, accuracy and times. One self-contained file: inline CSS and SVG, no script,
-nothing fetched."""
+"""build/report.html from the same grid and manifests as report.md: the model x chip grid (pass, failed with its
+reason, not built), per model each check's margin to its limit, per chip the cost of each graph (compile seconds,
+simulator seconds per call, binary MB), then per (model, chip) the status, binary sizes, precision, accuracy and
+times, and what each graph became on the NPU. One self-contained file: inline CSS and SVG, no script, nothing
+fetched."""
 from __future__ import annotations
 
 import math
 from typing import cast
 
-from toolchain.engine.files import atomic_path, read_json
+from toolchain.engine.files import atomic_path
 from toolchain.shared import measures
 from toolchain.stages import families as family_table
 
@@ -26,7 +27,9 @@ vertical-align:top}}th{{background:#f0f0f0}}td.n{{text-align:right;font-variant-
 .ok{{color:#fff;background:{WITHIN};border-radius:3px;padding:0 6px}}
 .bad{{color:#fff;background:{OVER};border-radius:3px;padding:0 6px}}small{{color:#666}}
 .legend{{max-width:1000px;color:#444}}figure{{display:inline-block;margin:0 24px 24px 0;vertical-align:top}}
-figcaption{{font-weight:600}}"""
+figcaption{{font-weight:600}}table.grid td.cell{{min-width:120px;max-width:260px;font-size:12px}}
+table.grid th{{white-space:nowrap}}td.pass{{background:#e3f1e4}}
+td.failed{{background:#f8dcd8;border-color:{OVER}}}td.unbuilt{{color:#888;background:#f4f4f4}}"""
 LOW, HIGH = 1e-3, 10.0   # the margin axis, log scale: values outside it are clipped to its ends
 ROW, LABEL, AXIS = 18, 300, 400   # margin chart geometry, px: row height, label column, axis length
 COLUMN, BAR = 240, 150   # cost chart geometry, px: one measure's column, its longest bar
@@ -36,8 +39,10 @@ MEASURES = (("compile s", "{:.1f} s"), ("simulator s per call", "{:.3g} s"), ("b
 LAST_BUILD = "<!-- last build -->"   # the section report.after_build() writes, kept when the page is rewritten
 
 
-def write(manifests: list[str], out: str):
-    text = page([read_json(p) for p in manifests])
+def write(cells: list, out: str):
+    """The page of these grid cells (report.Cell: a passing one carries its manifest), keeping the last build's
+    section of the page it replaces."""
+    text = page(cells)
     try:
         with open(out) as f:
             before = f.read()
@@ -49,7 +54,8 @@ def write(manifests: list[str], out: str):
         tmp.write_text(text)
 
 
-def page(records: list[dict]) -> str:
+def page(cells: list) -> str:
+    records = [c.record for c in cells if c.record is not None]
     models = sorted({r["model"] for r in records})
     chips = sorted({r["chip"]["name"] for r in records})
     found = [c for r in records for c in checks(r)]
@@ -62,13 +68,16 @@ def page(records: list[dict]) -> str:
     cost_charts = "".join(f"<figure id=\"cost-{escape(c)}\"><figcaption>{escape(c)}</figcaption>"
                           f"{cost_chart([r for r in records if r['chip']['name'] == c], top)}</figure>" for c in chips)
     heads = ("model", "chip", "status", "precision", "binaries", "parity max abs", "simulator max rel",
-             "task metric", "compile s", "simulator s", "SDK")
-    body = "".join("<tr>" + "".join(cells(r)) + "</tr>" for r in records)
+             "task metric", "compile s", "simulator s per call (not device latency)", "SDK")
+    body = "".join("<tr>" + "".join(row_cells(r)) + "</tr>" for r in records)
+    failed = sum(1 for c in cells if c.state == "failed")
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Build report</title>"
             f"<style>{CSS}</style></head><body><h1>Build report</h1>"
-            f"<p>{len(records)} binary sets: {len(models)} model(s) on {len(chips)} chip(s); {len(found)} checks: "
-            f"{len(found) - over - judged} within their limit, {over} over, {judged} judged by the task metric "
-            f"(a failed verify leaves no manifest).</p>"
+            f"<p>{len(cells)} (model, chip) pairs: {sum(1 for c in cells if c.state == 'pass')} pass, "
+            f"<b>{failed} failed</b>, {sum(1 for c in cells if c.state == 'not built')} not built. "
+            f"{len(records)} binary sets: {len(models)} model(s) on {len(chips)} chip(s); {len(found)} checks: "
+            f"{len(found) - over - judged} within their limit, {over} over, {judged} judged by the task metric.</p>"
+            f"{grid(cells)}"
             f"<h2>Checks: share of the limit used</h2><p class=legend>One bar per check (model, chip, graph/output, "
             f"and per stream clip the state loop's output): the measured error divided by its limit, at the worst "
             f"call or chunk: |error| / (max_abs + max_rel &times; range), (1 &minus; cosine) / (1 &minus; min_cosine), "
@@ -78,11 +87,77 @@ def page(records: list[dict]) -> str:
             f"over</span> (&gt; 1), grey text: no numeric bound (judged by the task metric). Hover a bar for the "
             f"numbers and the bound.</p>{margin_charts}"
             f"<h2>Cost per chip</h2><p class=legend>Per graph: compile seconds (its compile record), simulator "
-            f"seconds per call (the default tier's tensor check: the simulator's mean time per call) and the "
-            f"binary's size. <b>Linear scale</b>, each measure's bars relative to its largest value on any chip; "
-            f"the numbers are written beside them.</p>{cost_charts}"
-            f"<table><tr>{''.join(f'<th>{h}</th>' for h in heads)}</tr>{body}</table>{families(records)}"
-            "</body></html>\n")
+            f"seconds per call (the default tier's tensor check: the x86 simulator's mean time per call, "
+            f"<b>not the device's latency</b>) and the binary's size. <b>Linear scale</b>, each measure's bars "
+            f"relative to its largest value on any chip; the numbers are written beside them.</p>{cost_charts}"
+            f"<table><tr>{''.join(f'<th>{h}</th>' for h in heads)}</tr>{body}</table>{qnn_graphs(records)}"
+            f"{families(records)}</body></html>\n")
+
+
+def grid(cells: list) -> str:
+    """The model x chip grid: one row per model, one column per chip; a cell green with its key metric and binary
+    size, red with the failed task, its one-line reason and the file of its numbers, or grey: not built."""
+    chips = sorted({c.chip for c in cells})
+    at = {(c.model, c.chip): c for c in cells}
+    head = "".join(f"<th>{escape(chip)}</th>" for chip in chips)
+    rows = []
+    for model in sorted({c.model for c in cells}):
+        tds = []
+        for chip in chips:
+            c = at.get((model, chip))
+            if c is None:
+                tds.append("<td></td>")
+            elif c.state == "pass" and c.record is not None:
+                tds.append(f'<td class="cell pass"><b>pass</b><br>{escape(key_metric(c.record))}'
+                           f'<br><small>{escape(binaries_mb(c.record))}</small></td>')
+            elif c.state == "failed":
+                why = escape(c.reason if len(c.reason) <= 72 else c.reason[:69] + "...")   # all of it on hover
+                where = f"<br><small>{escape(c.numbers)}</small>" if c.numbers else ""
+                tds.append(f'<td class="cell failed" title="{escape(c.reason)}"><b>failed</b> '
+                           f'<small>{escape(c.task)}</small><br>{why}{where}</td>')
+            else:
+                tds.append('<td class="cell unbuilt">not built</td>')
+        rows.append(f"<tr><th>{escape(model)}</th>{''.join(tds)}</tr>")
+    return (f'<h2>Models and chips</h2><table class="grid"><tr><th>model</th>{head}</tr>{"".join(rows)}</table>'
+            if cells else "")
+
+
+def key_metric(record: dict) -> str:
+    """A passing cell's one figure: the task metric's summary where the model has one, else the simulator error."""
+    verify = record["verify"].get("full") or record["verify"]["default"]
+    summary = verify.get("task", {}).get("summary")
+    return summary.split(";")[0] if summary else f"sim max rel {sim_error(record):.2g}"
+
+
+def binaries_mb(record: dict) -> str:
+    return f"{sum(b['bytes'] for b in record['binaries'].values()) / 1e6:.1f} MB"
+
+
+QNN = ("model", "graph", "QNN graph nodes", "ops by type (the EP's HTP lowering)", "tensors", "weights MB")
+
+
+def qnn_rows(manifests: list[dict]) -> list[list[str]]:
+    """What each graph became on the NPU, from the convert records (once per model: the recording is the same
+    for every chip)."""
+    rows, seen = [], set()
+    for m in manifests:
+        for graph, r in m.get("qnn_graph", {}).items():
+            if (m["model"], graph) in seen:
+                continue
+            seen.add((m["model"], graph))
+            ops = ", ".join(f"{op} {n}" for op, n in r["ops"].items())
+            rows.append([m["model"], graph, str(r["nodes"]), ops, str(r["tensors"]), f"{r['weight_bytes'] / 1e6:.1f}"])
+    return rows
+
+
+def qnn_graphs(records: list[dict]) -> str:
+    """What each graph became on the NPU (report.md's QNN-graphs table)."""
+    rows = qnn_rows(records)
+    if not rows:
+        return ""
+    head = "".join(f"<th>{escape(h)}</th>" for h in QNN)
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<h2>QNN graphs (convert: what each graph became on the NPU)</h2><table><tr>{head}</tr>{body}</table>"
 
 
 def checks(record: dict) -> list[dict]:
@@ -234,8 +309,8 @@ def sim_limit(record: dict):
     return 1.0 if "output_checks" in record else record["verify"]["default"].get("checks", {}).get("max_rel")
 
 
-def cells(r: dict) -> list[str]:
-    verify, parity = r["verify"]["default"], r["parity"]
+def row_cells(r: dict) -> list[str]:
+    parity = r["parity"]
     tiers = ", ".join(sorted(r["verify"]))
     passed = all(v.get("status", "passed") == "passed" for v in r["verify"].values())
     binaries = "<br>".join(f"{escape(g)}: {b['bytes'] / 1e6:.2f} MB" for g, b in r["binaries"].items())
@@ -249,8 +324,14 @@ def cells(r: dict) -> list[str]:
               (escape("/".join(sorted(set(r["precision"].values())))), ""), (binaries, "n"), (parity_abs, "n"),
               (f"{sim_error(r):.2g}" + (f" <small>&le; {limit}</small>" if limit is not None else ""), "n"),
               (task, ""), (" + ".join(f"{b['compile_seconds']:.1f}" for b in r["binaries"].values()), "n"),
-              (f"{verify['seconds']:.0f}", "n"), (escape(str(r["sdk"]["build_id"] or "?")), "")]
+              (sim_per_call(r), "n"), (escape(str(r["sdk"]["build_id"] or "?")), "")]
     return [f"<td class={cls}>{v}</td>" if cls else f"<td>{v}</td>" for v, cls in values]
+
+
+def sim_per_call(r: dict) -> str:
+    """Each graph's simulator seconds per call of the tensor check, to 2 significant digits (never rounded to 0)."""
+    per = [(g, t.get("seconds_per_call")) for g, t in sorted(r["verify"]["default"]["tensors"].items())]
+    return "<br>".join(f"{escape(g)}: {s:.2g}" for g, s in per if s is not None) or "-"
 
 
 def metric(task: dict) -> str:

@@ -177,6 +177,15 @@ def task_runs(module, samples: list, streams: dict, runs: dict, io: dict, refere
     return None, None
 
 
+def feeds_origin(module, sample, io: dict, streams: dict) -> dict[str, str]:
+    """Which inputs tensor_feeds() gives each graph, in words for a record and a failure message."""
+    if hasattr(module, "graph_feeds"):
+        said = f"clip {sample[0]} (graph_feeds())" if sample else "graph_feeds() without a sample"
+        return {g: said for g in io}
+    return {g: f"clip {sample[0]} (calls of its stream)" if sample and g in streams else "generated inputs"
+            for g in io}
+
+
 def tensor_feeds(module, run, sample, io: dict, streams: dict, where: str, count: int = 6) -> dict:
     """Feeds of the per-call tensor check: the model code's graph_feeds(); else, for a stream graph, `count`
     calls spread over the sample's CPU loop (states as that loop fed them), the rest generated."""
