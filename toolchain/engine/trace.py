@@ -262,7 +262,10 @@ class Traced:
                 write(slices, self._load, line)
                 failures.update(self._tasks, deps, {s.task for s in slices if s.status != "failed"}, self._failed)
                 for then in self.after:
-                    then(line)
+                    try:
+                        then(line)
+                    except (KeyError, ValueError, TypeError) as err:   # a record it reads is damaged or old: one line
+                        self.write(f"after the build: {getattr(then, '__qualname__', then)} stopped: {err!r}\n")  # type: ignore[attr-defined]
             except OSError:
                 pass   # a read-only build/: the build's outcome is not the trace's
             self.write(line + "\n")  # type: ignore[attr-defined]
