@@ -226,15 +226,27 @@ def checkout(src: Path, dst: Path) -> Path:
     return dst
 
 
-def doit(root: Path, *args: str, cache_dir: Path | None = None) -> tuple[list[str], str]:
-    """`python -m doit` in root (cache from $QNN_CACHE if given); (executed tasks, output); must pass."""
+def doit(root: Path, *args: str, cache_dir: Path | None = None, passes: bool = True) -> tuple[list[str], str]:
+    """`python -m doit` in root (cache from $QNN_CACHE if given); (executed tasks, output); must pass (or, with
+    passes=False, fail)."""
     env = {k: v for k, v in os.environ.items() if k not in ("QNN_CACHE", "QNN_LIMITS")}
     if cache_dir:
         env["QNN_CACHE"] = str(cache_dir)
     done = subprocess.run([sys.executable, "-m", "doit", *args], cwd=root, env=env, capture_output=True,
                           text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert (done.returncode == 0) == passes, done.stdout + done.stderr
     return [line[3:] for line in done.stdout.splitlines() if line.startswith(".  ")], done.stdout + done.stderr
+
+
+UNSIGNED = "no cache_trust (an unsigned cache)"   # the one notice of a build on an unsigned cache
+
+
+def cache_lines(output: str) -> list[str]:
+    """The lines where a cache says what went wrong: every `cache: ` line but the unsigned cache's notice, which a
+    build says at most once."""
+    lines = [line for line in output.splitlines() if line.startswith("cache: ")]
+    assert sum(UNSIGNED in line for line in lines) <= 1, output
+    return [line for line in lines if UNSIGNED not in line]
 
 
 def tool_logs(root: Path) -> dict[str, str]:
@@ -244,12 +256,19 @@ def tool_logs(root: Path) -> dict[str, str]:
             if "\n# exit " in p.read_text()}
 
 
-def cacheable(logs: dict[str, str]) -> dict[str, str]:
+def cacheable(logs: dict[str, str], signed: bool = False) -> dict[str, str]:
     """tool_logs() of the steps a cache may restore: not those of a stage whose outputs are code (convert,
-    modellib: rebuilt on every machine, never taken from a cache)."""
+    modellib: rebuilt on every machine, never taken from a cache), nor, unless the cache is `signed` by a key the
+    build trusts, those of a stage whose outputs are results (a check's record: parity, verify), which run here."""
     from toolchain import pipeline
     code = tuple(f".{s.name}.log" for s in pipeline.STAGES if s.output_kind == "code")
-    return {rel: text for rel, text in logs.items() if not rel.endswith(code)}
+    results = {_module(s.tasks) for s in pipeline.STAGES if s.output_kind == "result"}
+    return {rel: text for rel, text in logs.items() if not rel.endswith(code)
+            and (signed or text.partition(":")[0].removeprefix("# ") not in results)}
+
+
+def _module(tasks) -> str:
+    return getattr(tasks, "func", tasks).__module__
 
 
 def untimed(path: Path):

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -20,6 +23,7 @@ from conftest import (
     add_qnet,
     assert_same_outputs,
     build,
+    cache_lines,
     cacheable,
     checkout,
     doit,
@@ -93,8 +97,10 @@ def test_second_checkout_restores_every_heavy_output_from_the_cache(reference, t
     assert "compile:tiny2/net@SM8750" in executed and "report" in executed
     logs = tool_logs(second)
     restored = cacheable(logs)
-    assert len(logs) == 22 and len(restored) == 18 and all(RESTORED in text for text in restored.values())
-    assert not [rel for rel in logs if rel not in restored and RESTORED in logs[rel]]   # code: rebuilt here
+    assert len(logs) == 22 and len(restored) == 10 and all(RESTORED in text for text in restored.values())
+    # code is rebuilt here, and the results of checks (an unsigned cache: parity, verify) computed here
+    assert not [rel for rel in logs if rel not in restored and RESTORED in logs[rel]]
+    assert sum(rel.endswith(("verify.log", "parity.log")) for rel in set(logs) - set(restored)) == 6
     for rel, text in restored.items():   # a restored log is the original plus the note
         assert text.startswith((ref / "build" / rel).read_text())
     assert_same_outputs(ref, second)
@@ -141,10 +147,6 @@ def test_qairt_tool_steps_are_restored_in_another_checkout(tmp_path, monkeypatch
 
 # ---- the cache on a real server ----
 
-def cache_lines(output: str) -> list[str]:
-    return [line for line in output.splitlines() if line.startswith("cache: ")]
-
-
 def test_a_fresh_clone_restores_every_heavy_step_from_the_server(server, tmp_path, monkeypatch):
     monkeypatch.setenv("QNN_CACHE_TOKEN", TOKEN)
     ref = build(tmp_path, "ref").root
@@ -152,7 +154,7 @@ def test_a_fresh_clone_restores_every_heavy_step_from_the_server(server, tmp_pat
     assert "compile:tiny/net@SM8750" in executed and not cache_lines(output), output
     entries, blobs = list((server.root / "ac").iterdir()), list((server.root / "cas").iterdir())
     # /ac/<key>, /cas/<sha256>
-    assert len(entries) == len(cacheable(tool_logs(ref))) >= 8 and len(blobs) > len(entries)
+    assert len(entries) == len(cacheable(tool_logs(ref))) >= 5 and len(blobs) > len(entries)   # results: not stored
     assert all(sha256(b) == b.name for b in blobs)
     uploaded = server.traffic()["PUT"]
     assert uploaded["ok"] == uploaded["requests"] == len(entries) + len(blobs)   # each blob once, entries last
@@ -264,3 +266,32 @@ def test_a_bad_cache_url_is_one_line_at_load(tmp_path):
     assert done.returncode == 3 and "command line: cache=http://:8080/: http:// needs a host" in done.stderr, \
         done.stderr
     assert not (root / "build").exists() or not list((root / "build").rglob("*.onnx"))
+
+
+@pytest.mark.parametrize("url", ["ftp://cache.example.com/c", "s3://bucket/c", "file:///tmp/c"])
+def test_a_cache_url_of_another_scheme_is_refused_naming_the_accepted_ones(url, tmp_path, monkeypatch):
+    """Before: `ftp://host/c` became a folder `ftp:/host/c` inside the project."""
+    from toolchain import options
+    from toolchain.engine.options import OptionError
+    monkeypatch.chdir(tmp_path)
+    scheme = url.split(":")[0]
+    with pytest.raises(OptionError, match=rf"^command line: cache={re.escape(url)}: {scheme}:// is not a scheme the "
+                                          r"cache speaks: a folder \(a path, or a mount such as NFS\), http:// or "
+                                          r"https://$"):
+        options.resolve_given({"cache": url}, {})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bad_signing_key_or_trusted_key_is_one_line_at_load(tmp_path):
+    root = build(tmp_path, "p", **ONE_CHIP).root
+    (tmp_path / "not-a-key").write_text("hello\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QNN_CACHE")}
+    for extra, said in (({"QNN_CACHE_SIGN_KEY": str(tmp_path / "not-a-key")},
+                         f"$QNN_CACHE_SIGN_KEY={tmp_path / 'not-a-key'}: not a secret key written by python -m "
+                         "toolchain cache-key"),
+                        ({"QNN_CACHE_TRUST": "ci-1:short"}, "$QNN_CACHE_TRUST=ci-1:short: public key ci-1: not 32 "
+                                                            "bytes of base64")):
+        done = subprocess.run([sys.executable, "-m", "doit", "list"], cwd=root, capture_output=True, text=True,
+                              env={**env, **extra, "QNN_CACHE": str(tmp_path / "cache")})
+        assert done.returncode == 3 and said in done.stderr and "Traceback" not in done.stderr, done.stderr
+        assert "hello" not in done.stderr   # a key file's content is never repeated

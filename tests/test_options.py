@@ -38,7 +38,8 @@ def test_each_row_takes_the_command_line_over_the_environment_over_its_default(n
 BAD = {"full": "SM1", "corpus": "maybe", "extra": "yes", "qairt": "2.40",
        "jobs": "0", "limits": "compile=2", "workers": "spawn",
        "rehash": "true", "cache": "http://:8080/", "cache_upload": "no", "cache_timeout": "soon", "cache_retry": "-1",
-       "cache_max_blob": "big", "cache_ca": "/no/such/ca.pem", "kind": "tflite", "runs": "x", "interval": "fast",
+       "cache_max_blob": "big", "cache_ca": "/no/such/ca.pem",
+       "cache_trust": "ci-1:c2hvcnQ=", "kind": "tflite", "runs": "x", "interval": "fast",
        "minutes": "nan", "input_seconds": "-3", "pid": "x", "seconds": "a"}
 
 

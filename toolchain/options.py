@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from toolchain import backends, pipeline
 from toolchain.deploy import selector
 from toolchain.engine import cache, limits, zygote
+from toolchain.engine.cache import sign
 from toolchain.engine.options import (
     Option,
     OptionError,
@@ -83,6 +84,11 @@ TABLE: tuple[Option, ...] = (
     Option("cache_ca", _file, None, "a PEM file of the CAs that sign an https:// cache server", env="QNN_CACHE_CA",
            variable=False, examples=("/etc/hosts", "/etc/passwd")),   # any existing files: the row checks existence
 
+    Option("cache_trust", sign.trusted_keys, (), "restore only entries signed by one of these public keys, a comma "
+           "list (python -m toolchain cache-key; docs/scale.md, \"Signed entries\")", env="QNN_CACHE_TRUST",
+           examples=(f"ci-1:{'A' * 43}=", f"ci-2:{'B' * 43}=")),
+    Option("cache_sign_key", text, None, "the secret key file that signs each entry this client stores",
+           env="QNN_CACHE_SIGN_KEY", variable=False, examples=("/keys/ci-1.secret", "/keys/ci-2.secret")),
     Option("cache_token", text, None, "a bearer token for the cache server (never printed)", env="QNN_CACHE_TOKEN",
            variable=False, examples=("token-a", "token-b"), secret=True),
     Option("cache_user", text, None, "basic-auth user for the cache server", env="QNN_CACHE_USER", variable=False,

@@ -12,6 +12,8 @@ from inspect import Signature, isfunction, signature
 from toolchain import artifacts, backends
 from toolchain.deploy import bundle, runtime_libs, selector, sherpa_run
 from toolchain.engine import cache, limits, outputs
+from toolchain.engine.cache import sign
+from toolchain.engine.options import OptionError
 from toolchain.errors import SpecError
 from toolchain.phone import device, step0
 from toolchain.project import Project
@@ -61,44 +63,51 @@ COMPILERS = _compiler_stages()
 SIMULATOR = "simulator"
 # What the heavy steps import: the fork server imports them once, before its first fork (engine/zygote.py).
 PRELOAD = ("numpy", "onnx", "onnxruntime", "torch", "onnxsim")
+RESULT = "result"   # a stage whose outputs no later step checks (stages.OUTPUT_KINDS)
 STAGES = (
     Stage("checkpoint", checkpoint.tasks, "Pinned original checkpoint -> PyTorch checkpoint, per model.", "model"),
     Stage("export", export.tasks, "Checkpoint -> static-shape ONNX, per graph.", "graph"),
     Stage("simplify", simplify.tasks, "ONNX -> onnxsim ONNX, per graph.", "graph"),
-    Stage("inspect", inspect.tasks, "Hard I/O check of the simplified ONNX, per graph.", "graph"),
+    Stage("inspect", inspect.tasks, "Hard I/O check of the simplified ONNX, per graph.", "graph",
+          output_kind=RESULT),
     Stage("parity", parity.tasks, "ONNX on CPU vs the model's reference on real inputs: per call for each group "
-          "of graphs judged together (gates their compiles), then the model's own measures.", "model"),
+          "of graphs judged together (gates their compiles), then the model's own measures.", "model",
+          output_kind=RESULT),
     Stage("rewrite", rewrite.tasks, "Rewritten graphs vs unrewritten on the CPU, per model that declares rewrites.",
-          "model"),
+          "model", output_kind=RESULT),
     Stage("calibrate", calibrate.tasks, "Real calibration inputs (raw files + input list), per w8a16 graph.", "graph"),
     *COMPILERS,   # each compiler's own stages: graph -> context binary per chip, read back
     Stage("verify", functools.partial(verify.tasks, tier="default"),
-          "HTP simulator vs CPU ONNX, default tier, per model and chip.", "model@chip", threads=2, pool=SIMULATOR),
+          "HTP simulator vs CPU ONNX, default tier, per model and chip.", "model@chip", threads=2, pool=SIMULATOR,
+          output_kind=RESULT),
     Stage("verify_full", functools.partial(verify.tasks, tier="full"),
           "HTP simulator vs CPU ONNX on every sample (the model's own metric), per model and chip; "
           "opt-in.", "model@chip", default=False,
-          threads=2, pool=SIMULATOR),
+          threads=2, pool=SIMULATOR, output_kind=RESULT),
     Stage("diagnose", diagnose.tasks, "The first op whose simulator output departs from the CPU, per model and "
-          "chip; on demand (a failed verify names it).", "model@chip", default=False, threads=2, pool=SIMULATOR),
-    Stage("manifest", manifest.tasks, "JSON record next to each chip's binaries, per model and chip.", "model@chip"),
+          "chip; on demand (a failed verify names it).", "model@chip", default=False, threads=2, pool=SIMULATOR,
+          output_kind=RESULT),
+    Stage("manifest", manifest.tasks, "JSON record next to each chip's binaries, per model and chip.", "model@chip",
+          output_kind=RESULT),
     Stage("runtime", runtime_libs.tasks, "QNN runtime libraries an app ships (names, versions, license terms), "
           "per toolchain and chip.", "toolchain@chip", default=False),
     Stage("bundle", bundle.tasks, "Phone bundles (.tar.bz2: onnxruntime EPContext; sherpa-onnx where its contract "
-          "holds), per model and chip.", "model@chip", default=False),
+          "holds), per model and chip.", "model@chip", default=False, output_kind=RESULT),
     Stage("sherpa", functools.partial(sherpa_run.tasks, tier="default"),
           "sherpa-onnx's Whisper loop on the unpacked sherpa bundle via the QNN C API, default tier, "
           "per model and chip.",
-          "model@chip", threads=2, pool=SIMULATOR),
+          "model@chip", threads=2, pool=SIMULATOR, output_kind=RESULT),
     Stage("sherpa_full", functools.partial(sherpa_run.tasks, tier="full"),
           "sherpa-onnx's Whisper loop on every clip of the bundle (WER), per model and chip; opt-in.", "model@chip",
-          threads=2, pool=SIMULATOR),
-    Stage("report", report.tasks, "Summary table of the whole build.", "build"),
+          threads=2, pool=SIMULATOR, output_kind=RESULT),
+    Stage("report", report.tasks, "Summary table of the whole build.", "build", output_kind=RESULT),
     Stage("chip_index", selector.tasks, "build/chip-index.json: chip -> soc id -> arch -> bundle -> sha256, for the "
-          "app's NPU-or-CPU choice.", "build", default=False),
+          "app's NPU-or-CPU choice.", "build", default=False, output_kind=RESULT),
     Stage("device", device.tasks, "Attached phone (opt-in): "
-          "choose by ro.soc.model, push, run, compare, measure; per model.", "phone", default=False),
+          "choose by ro.soc.model, push, run, compare, measure; per model.", "phone", default=False,
+          output_kind=RESULT),
     Stage("step0", step0.task, "Attached phone (opt-in): is the NPU "
-          "likely worth it for a process running today's CPU path?", "phone", default=False),
+          "likely worth it for a process running today's CPU path?", "phone", default=False, output_kind=RESULT),
 )
 NAMES = tuple(s.name for s in STAGES)
 DEFAULT = [s.name for s in STAGES if s.default]
@@ -165,11 +174,19 @@ def unknown_aliases(argv: list[str], project: Project) -> None:
 
 
 def cache_settings(options) -> cache.Settings:
-    """What the engine's cache is given (task meta), from this run's options."""
+    """What the engine's cache is given (task meta), from this run's options. The signing key's file is read here,
+    when the build loads (one line if it is no key; never its content), not by the first step that stores."""
+    key = options["cache_sign_key"]
+    if key:
+        try:
+            sign.check_secret(key)
+        except ValueError as err:
+            raise OptionError(f"{options.given['cache_sign_key']}={key}: {err}") from None
     return cache.Settings(where=options["cache"], upload=options["cache_upload"], max_blob=options["cache_max_blob"],
                           timeout=options["cache_timeout"], retry=options["cache_retry"], ca=options["cache_ca"],
                           token=options["cache_token"], user=options["cache_user"],
-                          password=options["cache_password"])
+                          password=options["cache_password"], sign_key=options["cache_sign_key"],
+                          trust=options["cache_trust"])
 
 
 def _engine(task: dict, meta: dict, rehash: bool) -> dict:
@@ -180,7 +197,12 @@ def _engine(task: dict, meta: dict, rehash: bool) -> dict:
     # overlapping swaps leave it pointing at a finished task's buffer (the summary table vanished). A step's
     # own output goes to its log (worker.py); what a task prints in doit's process is meant for the console.
     task.setdefault("io", {"capture": False})
-    task["meta"] = {**task.get("meta", {}), **meta}
+    own = task.get("meta", {})
+    task["meta"] = {**own, **meta}
+    # a task may narrow what a cache may give it, never widen it (a converted checkpoint no later step checks)
+    kinds = [k for k in (own.get(cache.KIND), meta.get(cache.KIND)) if k in cache.KINDS]
+    if kinds:
+        task["meta"][cache.KIND] = max(kinds, key=cache.KINDS.index)
     if task.get("targets") and task.get("actions"):
         task["actions"] = [*task["actions"], outputs.record]
         task["uptodate"] = [*task.get("uptodate", []), (outputs.intact, (), {"rehash": rehash})]

@@ -198,7 +198,9 @@ def load_module(path: str):
     import importlib.util
     name = "model_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_").replace(".", "_")
     cached = sys.modules.get(name)
-    if cached is not None and cached.__file__ and os.path.samefile(cached.__file__, path):   # other folder: reload
+    # another folder's (or a file since removed, e.g. init's temp folder): load this one
+    if cached is not None and cached.__file__ and os.path.exists(cached.__file__) and \
+            os.path.samefile(cached.__file__, path):
         return cached
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:

@@ -2,6 +2,7 @@
 code requires, and an ONNX made by a declared command or given as a file."""
 from __future__ import annotations
 
+import os
 from importlib import metadata
 from pathlib import Path
 
@@ -56,7 +57,24 @@ def package_file(t: Table, requirement: str, inner: str) -> Path:
     if version and dist.version != version:
         t.fail("package", f"{dist_name} {dist.version} is installed, the spec pins {version}: "
                           f"pip install '{requirement}'")
-    return Path(str(dist.locate_file(inner)))
+    key = "archive" if "archive" in t.data else "file"
+    path, root = Path(str(dist.locate_file(inner))), Path(str(dist.locate_file("")))
+    if not inner.strip() or not os.path.lexists(path):
+        return path   # the caller says it is not there, with the names near it
+    # A pin means the package's own file: one its RECORD lists (a wheel's data files sit outside site-packages,
+    # above it, and are listed so), not a neighbour in site-packages nor a file a link points at.
+    record = dist.read_text("RECORD")
+    if record is None or f"\n{inner}," not in "\n" + record:
+        if Path(inner).is_absolute() or ".." in Path(inner).parts:
+            t.fail(key, f"{inner!r}: a path inside the package {dist_name} (no leading '/', no '..', unless its "
+                        "RECORD lists the path)")
+        if record is not None:
+            t.fail(key, f"{inner!r} is not a file of {dist_name} {dist.version} (its RECORD lists no such path): "
+                        "a pin means the package's own file")
+    if os.path.realpath(path) != os.path.normpath(os.path.join(os.path.realpath(root), inner)):
+        t.fail(key, f"{inner!r} of {dist_name} is a link (to {os.path.realpath(path)}): a pin means the package's "
+                    "own bytes, not a file it points at")
+    return path
 
 
 def package_root(requirement: str) -> Path:

@@ -10,7 +10,9 @@ from typing import Callable
 
 # What one task of a stage is per, which decides its name and the `model:` / `chip:` aliases it joins.
 # qairt: per QAIRT family
-OUTPUT_KINDS = ("data", "code")   # what a later step does with a stage's outputs: reads them, or runs them
+# what a later step does with a stage's outputs: reads and checks them (data), believes them (result: a check's
+# record, a bundle shipped as built), or runs them (code); engine/cache/__init__.py's KINDS
+OUTPUT_KINDS = ("data", "result", "code")
 SCOPES = ("model", "graph", "graph@chip", "model@chip", "toolchain@chip", "qairt", "build", "phone")
 
 
@@ -27,7 +29,8 @@ class Stage:
     memory_gb: float = 0.5     # peak memory of one step, measured (limits.slots_for sizes the slots from both)
     pool: str = ""             # stages whose steps share one set of slots (every simulator stage: "simulator")
     # "code" when a later step compiles, links, loads or imports the outputs (a QNN graph's C source, a model
-    # library): such outputs are rebuilt here, never taken from a shared cache (docs/scale.md, "Trust")
+    # library): such outputs are rebuilt here, never taken from a shared cache (docs/scale.md, "Trust");
+    # "result" when no later step checks them (a check's record, a bundle): restored only from a signed entry
     output_kind: str = "data"
 
     def __post_init__(self):

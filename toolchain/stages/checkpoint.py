@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from doit.tools import config_changed
 
 from toolchain import artifacts
+from toolchain.engine import cache
 from toolchain.engine.files import atomic_path, sha256
 from toolchain.engine.worker import load_module, run
 from toolchain.errors import StageFailed
@@ -33,7 +34,9 @@ def tasks(project: Project):
                "file_dep": [*(ck.parts or [ck.path]), *model.code_files], "targets": [out, log], "clean": True,
                "actions": [(run, (prepare, kwargs, log))],
                "meta": {"restore_check": [f"{__name__}:restored",
-                                          {"out": out, "pinned": ck.sha256, "module_file": model.module_file}]},
+                                          {"out": out, "pinned": ck.sha256, "module_file": model.module_file}],
+                        # converted by the model code: no later step can tell other weights from these
+                        **({cache.KIND: cache.RESULT} if converts(model.module_file) else {})},
                "uptodate": [config_changed(settings)]}
 
 

@@ -38,7 +38,7 @@ class Backend(base.Backend):
                     "once (EP share_ep_contexts), read back; ort-qnn.", "model@chip", memory_gb=2.5),
               # tiny.en's six window graphs in one process peak at 2.1 GB (docs/whisper-windows.md)
               Stage("oracle", oracle.tasks, "The route's binary == the EP's direct compile, byte for byte, per graph "
-                    "and chip; ort-qnn, on demand.", "graph@chip", default=False, memory_gb=1.0))
+                    "and chip; ort-qnn, on demand.", "graph@chip", default=False, memory_gb=1.0, output_kind="result"))
 
     def preflight(self, models, chips: dict, options: Options) -> None:
         """The route's model libraries need a C compiler: one line at load when there is none."""

@@ -41,7 +41,7 @@ class Backend(base.Backend):
         Stage("context", context.tasks, "x86_64 model lib -> context binary (qnn-context-binary-generator), "
               "per graph and chip; QAIRT.", "graph@chip", memory_gb=1.0),
         Stage("readback", readback.tasks, "Context binary read back: build id, graph name, chip, I/O, per graph "
-              "and chip; QAIRT.", "graph@chip"),
+              "and chip; QAIRT.", "graph@chip", output_kind="result"),
     )
 
     def __init__(self):

@@ -22,27 +22,46 @@ import importlib
 import json
 import os
 import platform
+import re
 import urllib.parse
 from importlib import metadata
 from pathlib import Path
 
+from doit.exceptions import BaseFail
 from doit.tools import config_changed
 
 from toolchain.engine import trace, versions
-from toolchain.engine.cache import remote
-from toolchain.engine.cache.store import FORMAT, MAX_BLOB, Settings, Store, Unreachable  # noqa: F401  (the API)
+from toolchain.engine.cache import heal, remote
+from toolchain.engine.cache.store import (  # noqa: F401  (the API)
+    FORMAT,
+    MAX_BLOB,
+    Settings,
+    Store,
+    Unreachable,
+    say_once,
+)
 from toolchain.engine.files import sha256, sha256_memo
 
 SETTINGS = "cache"   # a task's meta key holding this run's store.Settings (None or no key: no cache)
 # A task's meta "output_kind": "code" when a later step compiles, links, loads or imports its outputs. Such a
 # task never consults a cache: whoever can write the cache could otherwise run code on every machine restoring
 # from it (the stage declares it: stages.Stage.output_kind; the store refuses code files whatever a task says).
-KIND, DATA, CODE_KIND = "output_kind", "data", "code"
+# "result" when a later step believes what they say (a check's record, a shipped bundle): restored only from an
+# entry signed by a key this build trusts, else computed here (sign.py). "data": an artifact a later check reads.
+KIND, DATA, RESULT, CODE_KIND = "output_kind", "data", "result", "code"
+KINDS = (DATA, RESULT, CODE_KIND)
 CODE = Path(__file__).parents[2]   # the toolchain package: a stage's own code is part of its tool
+
+
+SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
 def parse_location(text: str) -> Path | str:
     """`cache=` / $QNN_CACHE: a folder (Path) or an http(s):// URL (str); ValueError says what is wrong."""
+    scheme = SCHEME.match(text)
+    if scheme and scheme[1] not in ("http", "https"):
+        raise ValueError(f"{scheme[1]}:// is not a scheme the cache speaks: a folder (a path, or a mount such as "
+                         "NFS), http:// or https://")
     if text.startswith(("http://", "https://")):
         problem = url_problem(text)
         if problem:
@@ -160,22 +179,41 @@ def from_task(task, action: dict, code: str) -> dict:
 def run(task, action: dict, code: str, log: str, compute, check=None):
     """A doit action result: restore the task's targets from the cache, or compute() and store them.
     `action` is what the stage runs (JSON), `code` the toolchain module that runs it, `check` the runner's own
-    check of restored files (beside the stage's: restore_check)."""
-    settings = (task.meta or {}).get(SETTINGS)
-    if settings is None or settings.where is None or (task.meta or {}).get(KIND) == CODE_KIND:
-        return compute()
+    check of restored files (beside the stage's: restore_check). A result (a check's record, what a later step
+    believes) is restored only from an entry signed by a trusted key; unsigned, it is computed here."""
+    meta = task.meta or {}
+    settings, kind = meta.get(SETTINGS), meta.get(KIND)
+    if settings is None or settings.where is None or kind == CODE_KIND:
+        return _here(task, compute, lambda name: None, settings is not None and settings.where is not None)
     material = from_task(task, action, code)
     store, entry = open_store(settings), key(material)
+    store.refused = heal.bad()
+    restorable = kind != RESULT or bool(settings.trust)
+    if not restorable:
+        say_once("results", f"{store.name}: no cache_trust (an unsigned cache): the results of checks (parity, "
+                 "verify and the like) are computed here; artifacts are restored from it and checked by them")
     checks = [c for c in (restore_check(task), check) if c]
-    if store.restore(entry, list(task.targets), (lambda staged: [p for c in checks for p in c(staged)]) if checks
-                     else None):
+    if restorable and store.restore(entry, list(task.targets),
+                                    (lambda staged: [p for c in checks for p in c(staged)]) if checks else None):
+        heal.record(task, entry, store.digest, store.name)
         with open(log, "a") as f:
             f.write(f"# restored from cache {store.name} entry {entry}\n")
         trace.note(task.name, restored=True)
         return None
-    result = compute()
-    if result is None:   # success: TaskFailed / TaskError results are never stored
+    result = _here(task, compute, lambda name: store if name == store.name else None, True)
+    # success (TaskFailed / TaskError results are never stored); a result only signed: unsigned, none restores it
+    if result is None and (restorable or settings.sign_key):
         store.save(entry, material, list(task.targets))
+    return result
+
+
+def _here(task, compute, store_named, cached: bool):
+    """compute() here; a failure heals what a cache gave upstream (heal.py), a success is this tree's provenance."""
+    result = compute()   # an exception here is the engine's own (an interrupt heals nothing): doit reports it
+    if isinstance(result, BaseFail):
+        heal.failed(task, store_named)
+    elif cached or os.path.exists(heal.PROVENANCE):
+        heal.record(task)
     return result
 
 

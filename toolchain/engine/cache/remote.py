@@ -51,6 +51,9 @@ class HttpStore(Store):
         self.https = parts.scheme == "https"
         self.upload = settings.upload   # False: a read-only client (the base's save() stores nothing then)
         self.max_blob = settings.max_blob
+        self.sign_key, self.trust = settings.sign_key, settings.trust
+        self.refused: frozenset[str] = frozenset()
+        self.digest: str | None = None
         self._opener: Any = None   # built by the first request: refuses redirects, verifies TLS
         self.bad: set[str] = set()   # blobs that failed their hash on restore: rewritten on save
 

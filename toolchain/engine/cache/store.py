@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolchain.engine import restored
+from toolchain.engine.cache import sign
 from toolchain.engine.files import MODE, remember, sha256, sha256_memo
 
 FORMAT = 2   # bump when the key material or the layout changes (2: inputs named portably)
@@ -39,6 +40,8 @@ class Settings:
     token: str | None = field(default=None, repr=False)      # a bearer token
     user: str | None = None                                  # basic auth, with password
     password: str | None = field(default=None, repr=False)
+    sign_key: str | None = None       # the file of the secret key that signs what this client stores (sign.py)
+    trust: tuple[str, ...] = ()       # public keys: restore only entries one of them signed (none: unsigned cache)
 
 
 class Store:
@@ -49,6 +52,9 @@ class Store:
         self.name = str(self.root)
         self.upload = settings.upload   # False: a read-only client, which restores but never writes or evicts
         self.max_blob = settings.max_blob
+        self.sign_key, self.trust = settings.sign_key, settings.trust
+        self.refused: frozenset[str] = frozenset()   # entries (sha256 of their bytes) never restored (heal.BAD)
+        self.digest: str | None = None               # the sha256 of the entry the last restore() used
 
     def entry(self, key: str) -> Path:
         return self.root / "entries" / f"{key}.json"
@@ -65,7 +71,7 @@ class Store:
             return bounded(f.read(MAX_ENTRY + 1), f"entry {key}")
 
     def write_entry(self, key: str, data: bytes) -> None:
-        _write(self.entry(key), data)
+        write_atomic(self.entry(key), data)
 
     def drop_entry(self, key: str) -> None:
         self.entry(key).unlink(missing_ok=True)
@@ -91,9 +97,14 @@ class Store:
         staged = []
         try:
             data = self.read_entry(key)   # None: no such entry; too large: ValueError, a bad entry
-            if data is None:
+            if data is None or hashlib.sha256(data).hexdigest() in self.refused:
+                return False   # refused: it failed a check in this tree (heal.py), the step runs here
+            record = json.loads(data)
+            if self.trust and sign.signer(key, record, self.trust) is None:
+                say_once("untrusted", f"{self.name}: an entry not signed by a key of cache_trust is never restored "
+                         f"(first: {key[:12]} for {_task(record)}); such steps run here")
                 return False
-            files = json.loads(data)["outputs"]
+            files = record["outputs"]
             if sorted(files) != sorted(outputs):
                 raise ValueError(f"it lists {sorted(files)}, the task writes {sorted(outputs)}")
             for out, recorded in sorted(files.items()):
@@ -118,13 +129,20 @@ class Store:
         for tmp, out in staged:
             os.replace(tmp, out)
             remember(out, files[out]["sha256"])   # verified while copying: not hashed again
+        self.digest = hashlib.sha256(data).hexdigest()
         return True
 
     def save(self, key: str, material: dict, outputs: list[str]) -> None:
         """Store the outputs (a blob that exists but fails its hash is replaced), then the entry with
         its key material (to diff when an expected hit misses): a reader never sees an entry whose blobs
-        are not all there. A read-only client (upload False) and code outputs store nothing."""
+        are not all there. A read-only client (upload False) and code outputs store nothing; nor does a client
+        that trusts keys but holds no secret key (its entries would be unsigned: no reader like it restores them,
+        and each would replace a signed one)."""
         if not self.upload or any(out.endswith(CODE_SUFFIXES) for out in outputs):
+            return
+        if self.trust and not self.sign_key:
+            say_once("unsigned-upload", f"{self.name}: nothing stored by this client: it trusts signed entries "
+                     "only (cache_trust) and holds no key to sign its own (cache_sign_key)")
             return
         try:
             files = {}
@@ -133,8 +151,10 @@ class Store:
                 if not self.has_blob(digest):
                     self.put_blob(digest, out)
                 files[out] = {"sha256": digest, "bytes": os.path.getsize(out)}
-            self.write_entry(key, json.dumps({"format": FORMAT, "material": material, "outputs": files},
-                                             indent=1, sort_keys=True).encode())
+            record = {"format": FORMAT, "material": material, "outputs": files}
+            if self.sign_key:
+                record["signatures"] = [sign.sign(key, record, self.sign_key)]
+            self.write_entry(key, json.dumps(record, indent=1, sort_keys=True).encode())
         except Unreachable as err:   # a dead or full server must not fail the build
             _say(err, f"could not store {material['task']}: ")
         except (OSError, ValueError) as err:   # nor a full or read-only folder
@@ -201,13 +221,28 @@ def _copy(src: str | Path, dst: str | Path, digest: str, replace: bool = False, 
     return tmp
 
 
-def _write(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     with os.fdopen(fd, "wb") as out:
         out.write(data)
     os.chmod(tmp, MODE)
     os.replace(tmp, path)
+
+
+def _task(record) -> str:
+    material = record.get("material") if isinstance(record, dict) else None
+    return str(material.get("task")) if isinstance(material, dict) else "?"
+
+
+_SAID: set[str] = set()
+
+
+def say_once(topic: str, message: str) -> None:
+    """warn(), once per build (doit runs a build's steps as threads of one process) for each topic."""
+    if topic not in _SAID:
+        _SAID.add(topic)
+        warn(message)
 
 
 def warn(message: str) -> None:
