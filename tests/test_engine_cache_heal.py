@@ -50,3 +50,12 @@ def test_a_listed_entry_is_never_restored_and_a_new_one_is(tmp_path, monkeypatch
     Path("out.bin").write_bytes(b"correct")
     cache.Store(tmp_path / "cache").save("k", {"task": "t"}, ["out.bin"])   # written again by whoever uploads
     assert store.restore("k", ["out.bin"]) and Path("out.bin").read_bytes() == b"correct"
+
+
+def test_a_build_folder_that_cannot_be_written_costs_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    Path("build").write_text("not a folder\n")   # every write under build/ fails
+    heal.record(step("compile", ["in.onnx"], ["out.bin"]))
+    heal.record(step("verify", ["out.bin"], ["v.json"]))
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"cache: could not write {heal.PROVENANCE} (") and "is not healed" in line

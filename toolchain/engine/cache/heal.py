@@ -10,13 +10,14 @@ the same key is restored again. A check that fails for a reason of its own costs
 after it, nothing upstream came from a cache."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 from pathlib import Path
 
 from toolchain.engine import paths
-from toolchain.engine.cache.store import warn, write_atomic
+from toolchain.engine.cache.store import say_once, warn, write_atomic
 
 PROVENANCE = f"{paths.BUILD}/.cache-provenance.json"   # {task: {"inputs", "targets", "entry", "digest", "store"}}
 BAD = f"{paths.BUILD}/.cache-bad.json"   # [sha256 of an entry's bytes]: failed a check here, never restored again
@@ -44,7 +45,11 @@ def record(task, entry: str | None = None, digest: str | None = None, store: str
         known = _read(PROVENANCE, {})
         known[task.name] = {"inputs": sorted(task.file_dep), "targets": sorted(task.targets), "entry": entry,
                             "digest": digest, "store": store}
-        write_atomic(Path(PROVENANCE), json.dumps(known, indent=0, sort_keys=True).encode())
+        try:
+            write_atomic(Path(PROVENANCE), json.dumps(known, indent=0, sort_keys=True).encode())
+        except OSError as err:   # a full or read-only build/: the step's own result stands
+            say_once("provenance", f"could not write {PROVENANCE} ({err.strerror or err}): an entry that fails a "
+                     "check in this build is not healed")
 
 
 def suspects(task) -> dict[str, dict]:
@@ -80,11 +85,14 @@ def failed(task, open_store) -> None:
                 store.drop_entry(rec["entry"])
                 evicted = True
             for target in rec["targets"]:
-                if os.path.exists(target):
+                with contextlib.suppress(FileNotFoundError):
                     os.unlink(target)
             known.pop(name, None)
-        write_atomic(Path(BAD), json.dumps(sorted(listed), indent=0).encode())
-        write_atomic(Path(PROVENANCE), json.dumps(known, indent=0, sort_keys=True).encode())
+        try:
+            write_atomic(Path(BAD), json.dumps(sorted(listed), indent=0).encode())
+            write_atomic(Path(PROVENANCE), json.dumps(known, indent=0, sort_keys=True).encode())
+        except OSError as err:   # the files are removed and the entries evicted: the next doit recomputes anyway
+            say_once("provenance", f"could not write {BAD} ({err.strerror or err})")
     names = ", ".join(f"{name} (entry {rec['entry'][:12]})" for name, rec in sorted(found.items()))
     what = "evicted" if evicted else "never restored here again"
     warn(f"{task.name} failed on files restored from the cache: {names} {what}, their files removed; "
