@@ -54,17 +54,14 @@ def modules(root: Path) -> dict[str, Path]:
 
 
 def imports(name: str, path: Path, known: dict) -> list[tuple[str, bool]]:
-    """(imported toolchain module, inside a function?) for every import in one module that runs: one under
-    `if TYPE_CHECKING:` only names a type for annotations (a stage's `project: Project`) and is not an edge."""
+    """(imported toolchain module, inside a function?) for every import in one module, one under
+    `if TYPE_CHECKING:` included: a tie a type needs is a tie of the house (a stage's `project: Project` is
+    imported from the stage contract below it, at run time)."""
     tree = ast.parse(path.read_text())
     in_function = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                    for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))}
-    for_types = {id(n) for block in tree.body if isinstance(block, ast.If) and ast.unparse(block.test) in
-                 ("TYPE_CHECKING", "typing.TYPE_CHECKING") for n in ast.walk(block)}
     found = []
     for node in ast.walk(tree):
-        if id(node) in for_types:
-            continue
         if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "toolchain":
             for alias in node.names:
                 sub = f"{node.module}.{alias.name}"

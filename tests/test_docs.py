@@ -4,8 +4,8 @@
   and every dotted toolchain name it gives (`toolchain.stages.verify`) is a module of it (or a name in one), so a reader
   of it can open it: paths under the checkout's own folders (or a toolchain wing, or `../`), any bare .md name,
   any bare .py name. URLs, upstream repositories' paths and the few names in BARE / EXAMPLES are left alone.
-- docs/architecture.md's compiler-surface table names exactly the public members of `Backend` in
-  toolchain/backends/base.py, and its Stages table lists exactly the stages of toolchain/pipeline.py, the
+- docs/architecture.md's compiler-surface table names exactly the public members of `Compiler` in
+  toolchain/stages/__init__.py, and its Stages table lists exactly the stages of toolchain/pipeline.py, the
   compilers' own where `*COMPILERS` stands (backends/<name>/__init__.py), in run order with scope and default.
   Read with ast: nothing is imported.
 
@@ -174,10 +174,10 @@ def module_resolves(dotted: str, files: list[str]) -> bool:
 
 # ---- docs/architecture.md against the code --------------------------------------------------------------------
 
-def backend_members(base: Path = ROOT / "toolchain/backends/base.py") -> set[str]:
-    """The public attributes and methods of class Backend (ast: nothing imported)."""
+def compiler_members(base: Path = ROOT / "toolchain/stages/__init__.py") -> set[str]:
+    """The public attributes and methods of class Compiler (ast: nothing imported)."""
     tree = ast.parse(base.read_text())
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Backend")
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Compiler")
     found = set()
     for node in cls.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -206,7 +206,7 @@ def _compiler_stages(root: Path) -> list[tuple[str, str, bool]]:
                     if (isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "REGISTRY" for t in n.targets))
                     or (isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "REGISTRY"))
     merged: dict[str, tuple] = {}
-    for value in registry.values:                        # ort_qnn.Backend -> backends/ort_qnn/__init__.py
+    for value in registry.values:                        # ort_qnn.Compiler -> backends/ort_qnn/__init__.py
         tree = ast.parse((root / "toolchain/backends" / value.value.id / "__init__.py").read_text())
         cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == value.attr)
         own = next(n.value for n in cls.body if isinstance(n, ast.Assign)
@@ -258,11 +258,11 @@ def documented_stages(text: str) -> list[tuple[str, str, bool]]:
             for row in _rows(text, "Stages")]
 
 
-def member_drift(doc: str, base: Path = ROOT / "toolchain/backends/base.py") -> list[str]:
-    """What the doc's compiler-surface table and class Backend disagree on."""
-    documented, code = documented_members(doc), backend_members(base)
+def member_drift(doc: str, base: Path = ROOT / "toolchain/stages/__init__.py") -> list[str]:
+    """What the doc's compiler-surface table and class Compiler disagree on."""
+    documented, code = documented_members(doc), compiler_members(base)
     return [f"not in the doc: {n}" for n in sorted(code - documented)] + \
-        [f"not in base.py: {n}" for n in sorted(documented - code)]
+        [f"not in the code: {n}" for n in sorted(documented - code)]
 
 
 def stage_drift(doc: str, root: Path = ROOT) -> list[str]:
@@ -279,9 +279,9 @@ def test_every_citation_is_in_the_repo():
     assert not bad, "citations of files not in the checkout:\n" + "\n".join(bad)
 
 
-def test_architecture_lists_every_backend_member():
+def test_architecture_lists_every_compiler_member():
     drift = member_drift(ARCHITECTURE.read_text())
-    assert not drift, "docs/architecture.md vs toolchain/backends/base.py:\n" + "\n".join(drift)
+    assert not drift, "docs/architecture.md vs class Compiler (toolchain/stages/__init__.py):\n" + "\n".join(drift)
 
 
 def test_architecture_lists_every_stage():
@@ -342,12 +342,12 @@ def test_extractor_reports_a_missing_citation(tmp_path):
 
 
 def test_member_check_reports_drift(tmp_path):
-    base = tmp_path / "base.py"
-    base.write_text("class Backend:\n    name = ''\n    _private = 1\n    def identity(self): ...\n"
+    base = tmp_path / "contract.py"
+    base.write_text("class Compiler:\n    name = ''\n    _private = 1\n    def identity(self): ...\n"
                     "    def new_question(self): ...\n")
-    doc = ("## The compiler surface (`backends/base.py`)\n\n| question | a |\n|---|---|\n"
+    doc = ("## The compiler surface (`stages/__init__.py`)\n\n| question | a |\n|---|---|\n"
            "| `name` | x |\n| `identity(chip)` | y |\n| `gone(model)` | z |\n\n## Next\n| `later` | w |\n")
-    assert member_drift(doc, base) == ["not in the doc: new_question", "not in base.py: gone"]
+    assert member_drift(doc, base) == ["not in the doc: new_question", "not in the code: gone"]
     fixed = doc.replace("`gone(model)`", "`new_question()`")
     assert member_drift(fixed, base) == []
 
@@ -359,8 +359,8 @@ def test_stage_check_reports_drift(tmp_path):
                  "q": f"{shared}, Stage(name='context', tasks=f, doc='d', scope='graph@chip')"}   # keywords too
     for name, stages in compilers.items():
         (backends / name).mkdir(parents=True)
-        (backends / name / "__init__.py").write_text(f"class Backend(base.Backend):\n    stages = ({stages},)\n")
-    (backends / "__init__.py").write_text("REGISTRY = {c.NAME: c.Backend, q.NAME: q.Backend}\n")
+        (backends / name / "__init__.py").write_text(f"class Compiler(stages.Compiler):\n    stages = ({stages},)\n")
+    (backends / "__init__.py").write_text("REGISTRY = {c.NAME: c.Compiler, q.NAME: q.Compiler}\n")
     (tmp_path / "toolchain/pipeline.py").write_text(
         "STAGES = (Stage('export', f, 'd', 'graph'), *COMPILERS, Stage('report', f, 'd', 'build', False))\n")
     assert pipeline_stages(tmp_path) == [("export", "graph", True), ("compile", "graph@chip", True),

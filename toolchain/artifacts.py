@@ -1,6 +1,6 @@
 """The only place that knows where each stage writes in build/: per model, graph, chip and QAIRT family
-(paths are relative: doit runs in the dodo's folder). File names a compiler chooses come from model.backend
-(backends/base.py); the engine's own files (state DB, locks) are engine/paths.py's."""
+(paths are relative: doit runs in the dodo's folder). File names a compiler chooses come from the compiler
+(stages.Compiler); the engine's own files (state DB, locks) are engine/paths.py's."""
 from __future__ import annotations
 
 import re
@@ -109,10 +109,10 @@ def context_model(model, graph, chip) -> str:
     return f"{chip_dir(model, chip)}/{graph.name}.onnx"
 
 
-def context_binary(model, graph, chip) -> str:
+def context_binary(model, graph, chip, suffix: str) -> str:
     """The binary's name is the compiler's choice (the EP writes <stem>_qnn.bin; qnn-context-binary-generator
-    <--binary_file>.bin): model.backend.binary_suffix."""
-    return f"{chip_dir(model, chip)}/{graph.name}{model.backend.binary_suffix}.bin"
+    <--binary_file>.bin): `suffix` is the compiler's binary_suffix."""
+    return f"{chip_dir(model, chip)}/{graph.name}{suffix}.bin"
 
 
 def compile_log(model, graph, chip) -> str:

@@ -16,9 +16,9 @@ from toolchain.engine.cache import sign
 from toolchain.engine.options import OptionError
 from toolchain.errors import SpecError
 from toolchain.phone import device, step0
-from toolchain.project import Project
 from toolchain.spec import chips as chip_table
 from toolchain.stages import (
+    Project,
     Stage,
     calibrate,
     checkpoint,

@@ -1,66 +1,21 @@
-"""All model specs, the chip table and the compiler each model builds with: what every stage is handed.
-The one place that joins the wings: spec records get their backend here, checked before any task runs."""
+"""The loader of the Project every stage is handed (toolchain/stages/__init__.py): all model specs, the chip
+table and the compiler each model builds with. The one place that joins the wings: each model's compiler is
+resolved and checked here, before any task runs."""
 from __future__ import annotations
 
 import dataclasses
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from toolchain import backends, spec
-from toolchain.backends.base import Backend
 from toolchain.deploy import sherpa_run
 from toolchain.engine.options import Options
 from toolchain.errors import SpecError
 from toolchain.rewrites import library as rewrites
-from toolchain.shared import modelcode, modeldata
+from toolchain.shared import modelcode
 from toolchain.spec import AUTO
 from toolchain.spec import chips as chip_table
-
-
-@dataclass(frozen=True)
-class Project:
-    """The models and chips of one build folder, and this run's options: what every stage's tasks() reads."""
-
-    models: tuple[spec.Model, ...]
-    chips: dict
-    full_chips: tuple[str, ...]   # full verification tier asked for on the command line
-    gated: frozenset = frozenset()   # models whose deployed runtime's own loop is their full tier (sherpa_run)
-    options: Options = Options({})   # this run's settings (toolchain/options.py), resolved once when dodo.py loads
-    listed: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)   # data_files(), per data folder
-
-    def data_files(self, model) -> list[str]:
-        """Every file of the model's data folder (its checks depend on all of them), listed once per load:
-        the checks of every chip ask (100 listings made a no-op `doit` of the shipped models 20 ms slower)."""
-        if model.data_dir not in self.listed:
-            self.listed[model.data_dir] = modeldata.data_files(model.data_dir)
-        return list(self.listed[model.data_dir])
-
-    def models_of(self, toolchain: str):
-        """The models that build with `toolchain` (a compiler's own stages take only these)."""
-        return [m for m in self.models if m.toolchain == toolchain]
-
-    def model_chips(self, toolchain: str | None = None):
-        """(model, chip) for every chip a model targets (of one compiler's models, if given), once per QAIRT family
-        it builds: a non-default family's chip carries it (chip.family; its tasks are named @<CHIP>+qairt<family>)."""
-        for model in self.models if toolchain is None else self.models_of(toolchain):
-            for family in model.qairt or ("",):
-                for name in model.chips:
-                    chip = self.chips[name]
-                    yield model, (dataclasses.replace(chip, family=family) if family else chip)
-
-    def graph_chips(self, toolchain: str | None = None):
-        """(model, graph, chip) for every compiled binary."""
-        for model, chip in self.model_chips(toolchain):
-            for graph in model.graphs:
-                yield model, graph, chip
-
-    def wants_full_tier(self, model, chip) -> bool:
-        return chip.name in self.full_chips or chip.name in model.verify["full_chips"]
-
-    def runtime_gate(self, model) -> bool:
-        """The deployed runtime's loop checks this model (sherpa:), and is its full tier (sherpa_full:)."""
-        return model.name in self.gated
+from toolchain.stages import Compiler, Project
 
 
 def load(models_dir: str | Path, options: Options) -> Project:
@@ -84,9 +39,10 @@ def load(models_dir: str | Path, options: Options) -> Project:
             if problem:
                 raise SpecError(f"{model.spec_file}: graphs.{graph.name}.rewrite: {problem}")
         modelcode.check(model)   # the model file against the model-code protocol: no typo, no hook missing
-    models = with_backends(models, chips, options)
-    return Project(models=models, chips=chips, full_chips=wanted,
-                   gated=frozenset(m.name for m in models if sherpa_run.wanted(m)), options=options)
+    models, compilers = with_compilers(models, chips, options)
+    return Project(models=models, chips=chips, compilers=compilers, full_chips=wanted,
+                   gated=frozenset(m.name for m in models if sherpa_run.wanted(m, compilers[m.toolchain])),
+                   options=options)
 
 
 def spec_files(folder: Path) -> list[Path]:
@@ -102,14 +58,14 @@ def spec_files(folder: Path) -> list[Path]:
     return found
 
 
-def with_backends(models, chips: dict, options: Options) -> tuple:
+def with_compilers(models, chips: dict, options: Options) -> tuple[tuple, dict[str, Compiler]]:
     """Each model with its compiler: "auto" resolved (and said on stdout, with the reason), the name
     checked, what the compiler cannot build refused, each compiler preflighted once for its models."""
     auto = backends.choose_auto(options["sdk"]) if any(m.toolchain == AUTO for m in models) else None
     qairt = options["qairt"]
     if auto:
         print(f'toolchain = "auto" -> {auto[0]}: {auto[1]}')
-    instances: dict[str, Backend] = {}
+    instances: dict[str, Compiler] = {}
     resolved = []
     for model in models:
         name = auto[0] if auto and model.toolchain == AUTO else model.toolchain
@@ -121,7 +77,7 @@ def with_backends(models, chips: dict, options: Options) -> tuple:
         backend = instances.setdefault(name, backends.REGISTRY[name]())
         for field, reason in backend.spec_problems(model):
             raise SpecError(f"{model.spec_file}: {field}: {reason} (toolchain {name})")
-        model = dataclasses.replace(model, toolchain=name, backend=backend)
+        model = dataclasses.replace(model, toolchain=name)
         try:
             families = backend.families(model, qairt)
         except ValueError as err:
@@ -129,4 +85,4 @@ def with_backends(models, chips: dict, options: Options) -> tuple:
         resolved.append(dataclasses.replace(model, qairt=families))
     for name, backend in instances.items():
         backend.preflight([m for m in resolved if m.toolchain == name], chips, options)
-    return tuple(resolved)
+    return tuple(resolved), instances

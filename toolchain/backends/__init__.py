@@ -1,21 +1,21 @@
-"""The compilers a spec's `toolchain =` can name, behind one surface (base.Backend).
-A new compiler: one folder here implementing base.Backend, plus one line in REGISTRY."""
+"""The compilers a spec's `toolchain =` can name, behind one surface (stages.Compiler).
+A new compiler: one folder here implementing stages.Compiler, plus one line in REGISTRY."""
 from __future__ import annotations
 
 from toolchain.backends import ort_qnn, qairt
-from toolchain.backends.base import Backend
 from toolchain.qnn import sdk
+from toolchain.stages import Compiler
 
-REGISTRY: dict[str, type[Backend]] = {
-    ort_qnn.NAME: ort_qnn.Backend,   # embedded: onnxruntime-qnn's compiler and simulator (the default)
-    qairt.NAME: qairt.Backend,       # the QAIRT SDK at $QNN_SDK_ROOT, as sherpa-onnx's CI runs it
+REGISTRY: dict[str, type[Compiler]] = {
+    ort_qnn.NAME: ort_qnn.Compiler,   # embedded: onnxruntime-qnn's compiler and simulator (the default)
+    qairt.NAME: qairt.Compiler,      # the QAIRT SDK at $QNN_SDK_ROOT, as sherpa-onnx's CI runs it
 }
 DEFAULT = ort_qnn.NAME
 
 
 def check_families(value: str) -> str:
     """`qairt=` (toolchain/options.py): every version named is one a compiler here builds for (ValueError if not);
-    each model's compiler reads the text (Backend.families)."""
+    each model's compiler reads the text (Compiler.families)."""
     ort_qnn.families.parse_var(value)
     return value
 

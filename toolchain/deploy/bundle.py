@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from doit.tools import config_changed
 
@@ -17,22 +17,21 @@ from toolchain.errors import StageFailed
 from toolchain.qnn import compat
 from toolchain.shared import modeldata
 from toolchain.shared.iorecord import io_record
+from toolchain.spec.records import Model
 from toolchain.spec.table import plain
 from toolchain.spec.windows import by_size, routed
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
+from toolchain.stages import Compiler, Project
 
 FORMAT = 2                                          # bump when a bundle's layout changes: every bundle rebuilds
 KINDS = {"ort_out": "onnxruntime", "sherpa_out": "sherpa-onnx"}
 
 
-def plan(model) -> dict:
+def plan(model: Model, compiler: Compiler) -> dict:
     """What can ship, decided from the spec (so targets are known before anything runs)."""
     tokens = modeldata.defines(model.module_file, "write_tokens")   # models/<m>.py may write a tokens.txt
-    graphs = {g.name: model.backend.runtime_view(g) for g in model.graphs}
+    graphs = {g.name: compiler.runtime_view(g) for g in model.graphs}
     family, reasons = sherpa.problems(model.name, graphs, tokens)
-    ort = None if model.backend.emits_context_model else (
+    ort = None if compiler.emits_context_model else (
         f"{model.toolchain}-built context binaries come without an EPContext ONNX model; wrapping them "
         "(onnxruntime's gen_qnn_ctx_onnx_model.py) is not done here, since no real QAIRT binary could be tested")
     return {"tokens": tokens, "family": family, "sherpa_reasons": reasons, "ort_reason": ort}
@@ -41,15 +40,17 @@ def plan(model) -> dict:
 def tasks(project: Project):
     plans: dict[str, dict] = {}   # one per model, whatever its chips
     for model, chip in project.model_chips():
+        compiler = project.compiler(model)
         if model.name not in plans:
-            plans[model.name] = plan(model)
+            plans[model.name] = plan(model, compiler)
         p = dict(plans[model.name])
-        graphs = {g.name: {"binary": artifacts.context_binary(model, g, chip),
+        graphs = {g.name: {"binary": artifacts.context_binary(model, g, chip, compiler.binary_suffix),
                            "record": artifacts.compile_record(model, g, chip),
                            "context": artifacts.context_model(model, g, chip)
-                           if model.backend.emits_context_model else None}
+                           if compiler.emits_context_model else None}
                   for g in model.graphs}
-        kwargs = {"model": model.name, "chip": chip.record(), "toolchain": model.toolchain, "graphs": graphs,
+        kwargs: dict[str, Any] = {
+                  "model": model.name, "chip": chip.record(), "toolchain": model.toolchain, "graphs": graphs,
                   "manifest": artifacts.manifest(model, chip),
                   "runtime": artifacts.runtime_record(model.toolchain, chip),
                   "module_file": model.module_file, "data_dir": model.data_dir, "plan": p,

@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -14,9 +13,7 @@ from toolchain.engine.files import sha256, write_json
 from toolchain.engine.worker import in_process
 from toolchain.qnn.layout import ANDROID, device_libraries
 from toolchain.spec.chips import ChipRecord
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
+from toolchain.stages import Project
 
 # A QAIRT build id as the libraries carry it in clear text (docs/phone.md): v2.51.0.260929181845.
 BUILD_ID = re.compile(rb"v(\d+)\.(\d+)\.(\d+)\.(\d{6,})")
@@ -24,7 +21,7 @@ ADSP_DEFAULTS = "/vendor/lib/rfsa/adsp;/vendor/dsp/cdsp;/vendor/dsp;/system/lib/
 
 
 def tasks(project: Project):
-    wanted = {(m.toolchain, c.tag): (m.backend, c) for m, c in project.model_chips()}
+    wanted = {(m.toolchain, c.tag): (project.compiler(m), c) for m, c in project.model_chips()}
     for (toolchain, _), (backend, chip) in sorted(wanted.items(), key=lambda item: item[0]):
         sdk = backend.identity() if backend.sdk_root() else None   # an SDK folder holds the device libraries
         files = [f"{sdk['root']}/{rel}" for rel in _layout(chip.htp_arch).values()] if sdk else []

@@ -5,15 +5,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from toolchain import artifacts
 from toolchain.engine.files import read_json, sha256, write_json
 from toolchain.engine.worker import in_process
 from toolchain.qnn import compat
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
+from toolchain.stages import Project
 
 CPU = "CPU fallback"
 KINDS = ("onnxruntime", "sherpa-onnx")

@@ -6,7 +6,6 @@ libQnnSystem), against the same loop on the CPU float ONNX. Tiers as verify: "de
 from __future__ import annotations
 
 import tempfile
-from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -18,16 +17,15 @@ from toolchain.errors import StageFailed
 from toolchain.qnn import qnnrun
 from toolchain.shared import modeldata
 from toolchain.shared.iorecord import io_record
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
+from toolchain.spec.records import Model
+from toolchain.stages import Compiler, Project
 
 STAGES = {"default": "sherpa", "full": "sherpa_full"}
 
 
-def wanted(model) -> bool:
+def wanted(model: Model, compiler: Compiler) -> bool:
     """Models whose sherpa-onnx bundle is Whisper's (the one family whose host loop is ported)."""
-    p = bundle.plan(model)
+    p = bundle.plan(model, compiler)
     return not p["sherpa_reasons"] and p["family"] == "whisper"
 
 
@@ -44,17 +42,18 @@ def tasks(project: Project, tier: str):
         out, log = artifacts.sherpa_run(model, chip, tier), artifacts.sherpa_run_log(model, chip, tier)
         # The runtime libraries of the SDK that built the binaries (same family for build and runtime):
         # the wheel's for the embedded compiler, the SDK's x86_64 ones for QAIRT-built binaries.
-        libs = model.backend.host_libraries()
+        compiler = project.compiler(model)
+        libs = compiler.host_libraries()
         kwargs = {"bundle": artifacts.sherpa_bundle(model, chip), "module_file": model.module_file, "onnx": onnx,
                   "io": {g.name: io_record(g) for g in model.graphs}, "checks": checks, "libs": libs, "out": out}
         what = "all test_wavs, WER" if tier == "full" else f"clips {', '.join(checks['clips'])}"
         yield {"name": f"{model.name}@{chip.name}",
                "doc": f"{model.name} on {chip.name}: sherpa-onnx's Whisper loop on the unpacked bundle through "
                       f"the QNN C API (HTP simulator) vs CPU ONNX, {tier} tier ({what})",
-               "file_dep": [kwargs["bundle"], *model.code_files, *onnx.values(), *model.backend.tool_files()],
+               "file_dep": [kwargs["bundle"], *model.code_files, *onnx.values(), *compiler.tool_files()],
                "targets": [out, log], "clean": True,
                "actions": [(run, (check, kwargs, log))],
-               "uptodate": [config_changed({"checks": checks, "tool": model.backend.identity()})]}
+               "uptodate": [config_changed({"checks": checks, "tool": compiler.identity()})]}
 
 
 def check(bundle: str, module_file: str, onnx: dict, io: dict, checks: dict, out: str, libs: dict | None = None):

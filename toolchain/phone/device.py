@@ -7,7 +7,6 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from toolchain import artifacts
 from toolchain.deploy import selector
@@ -20,9 +19,9 @@ from toolchain.phone.phonetask import run_logged
 from toolchain.qnn import sdk as sdk_layout
 from toolchain.qnn.layout import ANDROID, device_libraries
 from toolchain.shared import measures, modeldata
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
+from toolchain.spec.chips import Chip
+from toolchain.spec.records import Model
+from toolchain.stages import Compiler, Project
 
 SERIAL = "@SERIAL@"   # the record's path depends on the phone, known only when the task runs
 
@@ -31,7 +30,7 @@ def tasks(project: Project):
     settings = {name: project.options[name] for name in SETTINGS}   # `doit device:<m> sdk=... runs=20 minutes=30`
     for model in project.models:
         verify = model.verify
-        chips = {c: _chip(model, project.chips[c]) for c in model.chips}
+        chips = {c: _chip(model, project.compiler(model), project.chips[c]) for c in model.chips}
         kwargs = {"model": model.name, "module_file": model.module_file, "data_dir": model.data_dir,
                   "clips": list(verify["clips"]), "max_rel": max(verify["max_rel"] if g.precision == "fp16"
                                                                  else verify["max_rel_w8a16"] for g in model.graphs),
@@ -44,14 +43,14 @@ def tasks(project: Project):
                "uptodate": [False], "verbosity": 2}   # a measurement: rerun whenever asked
 
 
-def _chip(model, chip) -> dict:
+def _chip(model: Model, compiler: Compiler, chip: Chip) -> dict:
     return {"arch": chip.htp_arch, "manifest": artifacts.manifest(model, chip),
             "record": artifacts.device_record(model, chip, SERIAL),
-            "graphs": {g.name: {"binary": artifacts.context_binary(model, g, chip),
+            "graphs": {g.name: {"binary": artifacts.context_binary(model, g, chip, compiler.binary_suffix),
                                 "onnx": artifacts.simplified(model, g),
                                 "compiled": artifacts.compile_record(model, g, chip),
                                 "context": artifacts.context_model(model, g, chip)
-                                if model.backend.emits_context_model else None,
+                                if compiler.emits_context_model else None,
                                 "android_lib": artifacts.model_lib(model, g, ANDROID)} for g in model.graphs}}
 
 

@@ -2,16 +2,12 @@
 with the numbers, whether moving it to the NPU is likely worth it."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from toolchain import artifacts
 from toolchain.engine.files import write_json
 from toolchain.errors import StageFailed
 from toolchain.phone import adb, probe
 from toolchain.phone.phonetask import run_logged
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
+from toolchain.stages import Project
 
 # Our reading of the guide's criteria, as thresholds (heuristics, stated in every verdict).
 BUSY_THREAD_PCT = 50.0     # a thread that keeps half a core busy on average does real work

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from typing import NotRequired, TypedDict
 
 from toolchain.spec import VERIFY_BOUNDS
@@ -131,7 +132,7 @@ def beyond_precision(check: dict, precision: str) -> str:
             f"default is {VERIFY_BOUNDS['max_rel']:g})")
 
 
-def output_checks(graph, verify: dict) -> dict[str, OutputCheck]:
+def output_checks(graph, verify: Mapping) -> dict[str, OutputCheck]:
     """{output: check} of a graph: as declared in graphs.<g>.checks, else the model's [verify] bounds
     for the graph's precision (today's check, per output)."""
     default = OutputCheck(max_rel=verify["max_rel"] if graph.precision == "fp16" else verify["max_rel_w8a16"])

@@ -3,12 +3,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from toolchain.spec.table import Settings
-
-if TYPE_CHECKING:   # annotations only: a compiler is set on a model by project.py, above this wing
-    from toolchain.backends.base import Backend
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -97,7 +93,6 @@ class Model:
     qairt: tuple[str, ...] = ()   # the QAIRT families it builds, resolved by project.py; () = the build's own only
     verify_written: tuple[str, ...] = ()   # the [verify] bounds the spec writes (the others are defaults)
     windows: Settings = Settings(())   # [windows]: sizes, unit, graphs, axes (spec/windows.py); () = none
-    backend: Backend = None  # type: ignore[assignment]  # the compiler, set by project.py (None until then)
 
     @property
     def code_files(self) -> list[str]:

@@ -22,12 +22,11 @@ from toolchain.errors import StageFailed
 from toolchain.qnn.layout import native_permutation
 from toolchain.shared import modeldata
 from toolchain.shared.iorecord import io_record
+from toolchain.stages import Project
 
 # numpy is imported where used: doit's own process loads this module on every run (tests/test_engine_worker.py)
-if TYPE_CHECKING:   # annotations only: the project imports every stage
+if TYPE_CHECKING:
     import numpy as np
-
-    from toolchain.project import Project
 
 
 
@@ -41,7 +40,7 @@ def tasks(project: Project):
             folder, log = artifacts.calibration(model, graph), artifacts.calibration_log(model, graph)
             inputs = io[graph.name]["inputs"]
             raws = [artifacts.calibration_raw(model, graph, i, t[0]) for i in range(graph.calibration) for t in inputs]
-            layout = model.backend.calibration_layout
+            layout = project.compiler(model).calibration_layout
             kwargs = {"module_file": model.module_file, "onnx_files": onnx_files, "data_dir": model.data_dir,
                       "graph": graph.name, "inputs": inputs, "count": graph.calibration, "folder": folder,
                       "layout": layout, "held_out": list(model.verify["clips"]),

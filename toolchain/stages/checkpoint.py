@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -13,10 +12,7 @@ from toolchain.engine.files import atomic_path, sha256
 from toolchain.engine.worker import load_module, run
 from toolchain.errors import StageFailed
 from toolchain.shared import modeldata
-from toolchain.stages import export
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
+from toolchain.stages import Project, export
 
 DOC = "verify the pinned checkpoint's sha256 and convert it for the export code"
 

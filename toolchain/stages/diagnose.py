@@ -15,7 +15,7 @@ import math
 import os
 import tempfile
 import time
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from doit.tools import config_changed
 
@@ -25,16 +25,17 @@ from toolchain.engine.worker import in_process, load_module, run
 from toolchain.errors import StageFailed
 from toolchain.shared import measures, modeldata
 from toolchain.shared.iorecord import io_record
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
+from toolchain.spec.chips import Chip
+from toolchain.spec.records import Model
+from toolchain.stages import Compiler, Project
 
 FLOATS = (1, 10)   # onnx.TensorProto.FLOAT, FLOAT16: the tensors compared (not shapes or indices)
 
 
 def tasks(project: Project):
     for model, chip in project.model_chips():
-        backend, cut = model.backend, pieces(model, chip)
+        backend = project.compiler(model)
+        cut = pieces(model, backend, chip)
         if not cut:
             continue   # a compiler or precision that cannot compile cut pieces (the task would do nothing)
         graphs = {g.name: artifacts.simplified(model, g) for g in model.graphs}
@@ -54,11 +55,11 @@ def tasks(project: Project):
                                             **backend.verify_settings(model, chip, "default")})]}
 
 
-def pieces(model, chip) -> dict | None:
+def pieces(model: Model, compiler: Compiler, chip: Chip) -> dict | None:
     """{graph: [factory, kwargs]} compiling a cut of each graph (backend.piece_runner), or None when the
     compiler cannot for some graph."""
-    found = {g.name: model.backend.piece_runner(model, g, chip) for g in model.graphs}
-    return {g: list(p) for g, p in found.items()} if all(found.values()) else None
+    found = {g.name: compiler.piece_runner(model, g, chip) for g in model.graphs}
+    return {g: list(p) for g, p in found.items() if p} if all(found.values()) else None
 
 
 def threshold(model, graph) -> dict:

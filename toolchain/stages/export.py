@@ -19,11 +19,10 @@ from toolchain.engine.worker import load_module, missing_package, run
 from toolchain.errors import StageFailed
 from toolchain.shared import modeldata
 from toolchain.shared.iorecord import io_record
+from toolchain.stages import Project
 
-if TYPE_CHECKING:   # annotations only: the project imports every stage
+if TYPE_CHECKING:   # annotations only
     from collections.abc import Callable
-
-    from toolchain.project import Project
 
 
 def tool_version() -> dict:

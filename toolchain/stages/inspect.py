@@ -4,7 +4,6 @@ for)."""
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -14,9 +13,7 @@ from toolchain.engine.worker import in_process
 from toolchain.errors import StageFailed
 from toolchain.rewrites import known_wrong
 from toolchain.shared.iorecord import io_record
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
+from toolchain.stages import Project
 
 DTYPES = {1: "float32", 10: "float16", 6: "int32", 7: "int64", 3: "int8", 2: "uint8", 9: "bool", 11: "float64"}
 INT8 = {2, 3}   # quantize in QNN, never in the ONNX (the guide)

@@ -1,7 +1,7 @@
 """Per (model, chip): one JSON record of what was built and measured, next to the binaries."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from doit.tools import config_changed
 
@@ -12,10 +12,7 @@ from toolchain.errors import StageFailed
 from toolchain.qnn import compat
 from toolchain.spec.table import plain
 from toolchain.spec.windows import by_size
-from toolchain.stages import parity, simplify, stream
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
+from toolchain.stages import Project, parity, simplify, stream
 
 # What the binary's own config string says about the request (the full string is in *.compile.json).
 CONFIG_KEYS = ("soc_type", "arch", "vtcm_size", "relaxed_precision_flag", "OpO", "hvx_threads")
@@ -25,14 +22,15 @@ SECTIONS = {"parity", "exports", "inspect", "compile", "verify"}   # the records
 def tasks(project: Project):
     for model, chip in project.model_chips():
         sources = _sources(project, model, chip)
-        meta = {"model": model.name, "description": model.description, "license": dict(model.license),
+        meta: dict[str, Any] = {"model": model.name, "description": model.description, "license": dict(model.license),
                 "checkpoint": {"origin": model.checkpoint.origin, "sha256": model.checkpoint.sha256,
                                "format": model.checkpoint.format} if model.checkpoint else
-                {"origin": "the graphs' declared sources", "sources": {g.name: list(g.source) for g in model.graphs}},
+                {"origin": "the graphs' declared sources",
+                 "sources": {g.name: list(g.source or ()) for g in model.graphs}},
                 "chip": {**chip.record(), "marketing": chip.marketing}, "toolchain": model.toolchain,
                 "precision": {g.name: g.precision for g in model.graphs},
-                "tools": {"simplify": simplify.tool_version(), "compiler": model.backend.identity(chip)},
-                "runtime_libraries": model.backend.runtime_libraries(chip)}
+                "tools": {"simplify": simplify.tool_version(), "compiler": project.compiler(model).identity(chip)},
+                "runtime_libraries": project.compiler(model).runtime_libraries(chip)}
         own = {g.name: plain(g.compile) for g in model.graphs if g.compile}
         if own:   # declared only: a model without them keeps its manifest (and bundles) as they were
             meta["compile_options"] = own
@@ -68,7 +66,7 @@ def _sources(project: Project, model, chip) -> dict:
         sources["rewrite_check"] = {"cpu": artifacts.rewrite_check(model)}
     if project.wants_full_tier(model, chip) and not project.runtime_gate(model):   # else: sherpa_full
         sources["verify"]["full"] = artifacts.verified(model, chip, "full")
-    return {**sources, **model.backend.manifest_sources(model, chip)}   # e.g. QAIRT's model-lib records
+    return {**sources, **project.compiler(model).manifest_sources(model, chip)}   # e.g. QAIRT's model-lib records
 
 
 def write(meta: dict, sources: dict, out: str):

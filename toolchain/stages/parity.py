@@ -7,8 +7,6 @@ the task metric, a window's transcripts against the largest window's) and writes
 from both. It gates the simulator (verify): a model that fails on the CPU never pays a simulator run."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from doit.tools import config_changed
 
 from toolchain import artifacts
@@ -19,10 +17,7 @@ from toolchain.errors import StageFailed
 from toolchain.shared import measures, modeldata
 from toolchain.shared.iorecord import io_record
 from toolchain.spec import REFERENCES, windows
-from toolchain.stages import export, stream
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
+from toolchain.stages import Project, export, stream
 
 
 def tasks(project: Project):

@@ -11,16 +11,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from html import escape
-from typing import TYPE_CHECKING
 
 from toolchain import artifacts
 from toolchain.engine import failures, outputs, paths
 from toolchain.engine.files import atomic_path, read_json
 from toolchain.engine.worker import in_process
-from toolchain.stages import families, manifest, report_html
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
+from toolchain.stages import Project, families, manifest, report_html
 
 COLUMNS = ("model", "chip", "arch", "precision", "binaries MB", "compile s", "parity max abs",
            "parity task", "sim max rel", "sim task (default)", "sim task (full)", "verify s", "SDK")

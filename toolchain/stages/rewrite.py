@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -17,10 +16,7 @@ from toolchain.errors import StageFailed
 from toolchain.rewrites import library as rewrites
 from toolchain.shared import measures, modeldata
 from toolchain.shared.iorecord import io_record
-from toolchain.stages import parity, stream
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
+from toolchain.stages import Project, parity, stream
 
 
 def tasks(project: Project):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -15,10 +14,8 @@ from toolchain.engine.worker import run
 from toolchain.errors import StageFailed
 from toolchain.rewrites import library as rewrites
 from toolchain.spec.table import plain
+from toolchain.stages import Project
 from toolchain.stages.export import onnx_or_fail
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
 
 REWRITE_CODE = sorted(str(p) for p in Path(rewrites.__file__).parent.glob("*.*") if p.suffix in (".py", ".toml"))
 

@@ -1,4 +1,4 @@
-"""Compiled binaries in the x86 HTP simulator (the compiler's own runner: model.backend) against the CPU
+"""Compiled binaries in the x86 HTP simulator (the compiler's own runner: project.compiler(model)) against the CPU
 ONNX, once per (model, chip) and tier.
 
 Tiers, because the simulator is ~100x slower than the CPU: "default" runs every chip on the samples the spec
@@ -12,7 +12,7 @@ import hashlib
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 from doit.tools import config_changed
 
@@ -22,10 +22,7 @@ from toolchain.engine.worker import load_module, run
 from toolchain.errors import StageFailed
 from toolchain.shared import measures, modeldata
 from toolchain.shared.iorecord import io_record
-from toolchain.stages import diagnose, parity, stream
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
+from toolchain.stages import Project, diagnose, parity, stream
 
 
 class Checks(TypedDict):
@@ -46,9 +43,11 @@ def tasks(project: Project, tier: str):
     for model, chip in project.model_chips():
         if tier == "full" and project.runtime_gate(model):   # its full tier is the runtime's own loop
             continue
-        backend, settings, cut = model.backend, model.verify, diagnose.pieces(model, chip)
+        backend, settings = project.compiler(model), model.verify
+        cut = diagnose.pieces(model, backend, chip)
         clips = () if tier == "full" else settings["clips"]
-        graphs = {g.name: {"onnx": artifacts.simplified(model, g), "binary": artifacts.context_binary(model, g, chip),
+        graphs = {g.name: {"onnx": artifacts.simplified(model, g),
+                           "binary": artifacts.context_binary(model, g, chip, backend.binary_suffix),
                            "record": artifacts.compile_record(model, g, chip)} for g in model.graphs}
         if backend.emits_context_model:
             for g in model.graphs:

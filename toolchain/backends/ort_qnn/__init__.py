@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from toolchain import artifacts
-from toolchain.backends import base
+from toolchain import artifacts, stages
 from toolchain.backends.ort_qnn import compile, convert, ep, families, familyrun, modellib, oracle, quantize, share
 from toolchain.engine.options import Options
 from toolchain.errors import SpecError
@@ -18,7 +17,7 @@ from toolchain.stages import Stage
 NAME = ep.NAME
 
 
-class Backend(base.Backend):
+class Compiler(stages.Compiler):
     name = NAME
     binary_suffix = "_qnn"   # the EP writes <stem>_qnn.bin beside <stem>.onnx
     emits_context_model = True
@@ -75,7 +74,7 @@ class Backend(base.Backend):
 
     def options(self, model, graph, chip) -> dict:
         """The EP options one graph is compiled and simulated with."""
-        return ep.provider_options(chip.record(), model.compile["optimization"], graph.compile.get("ep_options"))
+        return ep.graph_options(model, graph, chip)
 
     def identity(self, chip=None) -> dict:
         family = _family(chip)

@@ -16,19 +16,19 @@ from toolchain.engine.worker import run
 from toolchain.errors import StageFailed
 from toolchain.qnn import qnnbin
 from toolchain.shared.iorecord import io_record
-from toolchain.stages import parity
+from toolchain.stages import Project, parity
 
-if TYPE_CHECKING:   # annotations only: the project imports every stage
+if TYPE_CHECKING:   # annotations only
     from collections.abc import Callable
-
-    from toolchain.project import Project
 
 
 def tasks(project: Project):
     for model, graph, chip in project.graph_chips(ep.NAME):
         tool = families.tool(chip.family)
-        options = model.backend.options(model, graph, chip)
-        targets = [artifacts.context_model(model, graph, chip), artifacts.context_binary(model, graph, chip),
+        suffix = project.compiler(model).binary_suffix
+        options = ep.graph_options(model, graph, chip)
+        targets = [artifacts.context_model(model, graph, chip),
+                   artifacts.context_binary(model, graph, chip, suffix),
                    artifacts.compile_record(model, graph, chip)]
         log = artifacts.compile_log(model, graph, chip)
         kwargs = {"out": targets[0], "record": targets[2], "options": options,

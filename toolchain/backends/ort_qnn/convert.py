@@ -16,7 +16,6 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -25,10 +24,7 @@ from toolchain.backends.ort_qnn import ep, families
 from toolchain.engine.files import atomic_path, read_json, write_json
 from toolchain.engine.worker import run
 from toolchain.errors import StageFailed
-from toolchain.stages import parity
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
+from toolchain.stages import Project, parity
 
 SAVER_DIR = "saver_output"   # where the Saver writes, relative to the working folder (no option moves it)
 
@@ -82,7 +78,7 @@ def lowering_options(chip, model, graph, family: str = "") -> dict:
     """The EP options the recording session gets: those of the model's first chip (the chip changes no byte of
     the recording, measured) plus the graph's own, and the Saver (a family's: found by its step, in its own
     environment)."""
-    found = model.backend.options(model, graph, chip)
+    found = ep.graph_options(model, graph, chip)
     return found if family else {**found, "qnn_saver_path": ep.saver_library()}
 
 

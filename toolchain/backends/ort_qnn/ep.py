@@ -34,6 +34,11 @@ def _version() -> dict:
             "onnxruntime-qnn": versions.version("onnxruntime-qnn"), "qairt": info.qnn_version}
 
 
+def graph_options(model, graph, chip) -> dict:
+    """The EP options one graph is compiled and simulated with on `chip`."""
+    return provider_options(chip.record(), model.compile["optimization"], graph.compile.get("ep_options"))
+
+
 def provider_options(chip: dict, optimization: int, graph_options=None) -> dict:
     """EP options for one chip (and one graph's own, from its [graphs.<g>.compile] ep_options). soc_model
     is always set: alone, htp_arch silently compiles fp32 with 4 MB VTCM (docs/compiler-options.md). Values are

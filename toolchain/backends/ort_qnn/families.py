@@ -15,7 +15,6 @@ import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -26,9 +25,7 @@ from toolchain.engine.files import write_json
 from toolchain.engine.worker import in_process
 from toolchain.errors import StageFailed
 from toolchain.qnn import compat
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
+from toolchain.stages import Project
 
 TABLE = Path(__file__).with_name("families.toml")
 # What a family's environment holds besides its wheel pair: what the build's steps import there (no torch), at the

@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -18,9 +17,7 @@ from toolchain import artifacts
 from toolchain.backends.ort_qnn import ep, families
 from toolchain.engine import external, stamps
 from toolchain.engine.files import sha256
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
+from toolchain.stages import Project
 
 TARGET = "x86_64-linux"
 CSRC = Path(__file__).with_name("csrc")

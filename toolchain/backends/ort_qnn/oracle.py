@@ -18,7 +18,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -28,9 +27,7 @@ from toolchain.engine.files import write_json
 from toolchain.engine.worker import run
 from toolchain.errors import StageFailed
 from toolchain.qnn import qnnbin
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
+from toolchain.stages import Project
 
 
 def record_path(model, graph, chip) -> str:
@@ -42,9 +39,10 @@ def tasks(project: Project):
         tool = families.tool(chip.family)
         if not ep.uses_route(graph):
             continue
-        options = model.backend.options(model, graph, chip)
+        suffix = project.compiler(model).binary_suffix
+        options = ep.graph_options(model, graph, chip)
         src = artifacts.compile_source(model, graph)
-        ctx, binary = artifacts.context_model(model, graph, chip), artifacts.context_binary(model, graph, chip)
+        ctx, binary = artifacts.context_model(model, graph, chip), artifacts.context_binary(model, graph, chip, suffix)
         record, log = record_path(model, graph, chip), f"{artifacts.chip_dir(model, chip)}/{graph.name}.oracle.log"
         kwargs = {"src": src, "ctx": ctx, "binary": binary, "options": options, "record": record,
                   "label": f"{model.name}/{graph.name}@{chip.tag}"}

@@ -14,8 +14,6 @@ to its float embeddings (CPU emulation of the QDQ graph; 0.982 on the HTP simula
 at the same size (measured on the default verification sentences)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from doit.tools import config_changed
 
 from toolchain import artifacts
@@ -23,10 +21,7 @@ from toolchain.backends.ort_qnn import ep
 from toolchain.engine import versions
 from toolchain.engine.files import atomic_path
 from toolchain.engine.worker import run
-from toolchain.stages import calibrate, parity
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
+from toolchain.stages import Project, calibrate, parity
 
 SETTINGS = {"activation_type": "QUInt16", "weight_type": "QUInt8", "per_channel": True, "io": "float32",
             "rewrites": ["matmul-constant-second", "gather-table-uint8"]}
@@ -41,7 +36,8 @@ def tasks(project: Project):
             src, out, folder = (artifacts.simplified(model, graph), artifacts.quantized(model, graph),
                                 artifacts.calibration(model, graph))
             inputs = [[t.name, list(t.shape), t.dtype] for t in graph.inputs]
-            raws = [artifacts.calibration_raw(model, graph, i, t[0]) for i in range(graph.calibration) for t in inputs]
+            raws = [artifacts.calibration_raw(model, graph, i, t.name) for i in range(graph.calibration)
+                    for t in graph.inputs]
             log = artifacts.quantize_log(model, graph)
             kwargs = {"src": src, "folder": folder, "inputs": inputs, "out": out}
             yield {"name": f"{model.name}/{graph.name}",

@@ -14,7 +14,6 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -26,9 +25,7 @@ from toolchain.errors import StageFailed
 from toolchain.qnn import qnnbin
 from toolchain.shared.iorecord import io_record
 from toolchain.spec.windows import by_size
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
+from toolchain.stages import Project
 
 SUFFIX = "__"   # <input name>__<graph>: unique across the context's graphs
 
@@ -39,7 +36,7 @@ def tasks(project: Project):
             continue
         graphs = [g for g in model.graphs if any(g.name in pair.values() for pair in by_size(model.windows).values())]
         sources = {g.name: artifacts.compile_source(model, g) for g in graphs}
-        options = {g.name: model.backend.options(model, g, chip) for g in graphs}
+        options = {g.name: ep.graph_options(model, g, chip) for g in graphs}
         io = {g.name: io_record(g) for g in graphs}
         alone = {g.name: artifacts.compile_record(model, g, chip) for g in graphs}
         out, record = artifacts.shared_dir(model, chip), artifacts.shared_record(model, chip)

@@ -3,8 +3,7 @@ weights -> qnn-model-lib-generator -> model libs -> qnn-context-binary-generator
 chip, read back; qnn-net-run is its simulator runner. The SDK is preflighted at load time."""
 from __future__ import annotations
 
-from toolchain import artifacts
-from toolchain.backends import base
+from toolchain import artifacts, stages
 from toolchain.backends.qairt import (
     context,
     convert,
@@ -24,7 +23,7 @@ from toolchain.stages import Stage
 NAME = tools.NAME
 
 
-class Backend(base.Backend):
+class Compiler(stages.Compiler):
     name = NAME
     binary_suffix = ""            # qnn-context-binary-generator writes <--binary_file>.bin
     emits_context_model = False   # wrapping binaries in EPContext ONNX (gen_qnn_ctx_onnx_model.py) is not done
@@ -49,6 +48,13 @@ class Backend(base.Backend):
 
     def preflight(self, models, chips: dict, options: Options) -> None:
         self.sdk = tools.preflight(models, chips, options["sdk"], options["qairt_python"])
+
+    def families(self, model, override: str = "") -> tuple[str, ...]:
+        """The SDK's own QAIRT only: a spec's family keys are refused (`override` is the embedded compiler's)."""
+        if "runtime_qairt" in model.compile or "qairt" in model.compile:
+            raise ValueError(f"{model.spec_file}: compile.runtime_qairt/qairt: the {self.name} toolchain builds with "
+                             "the one QAIRT it has; the embedded toolchain (ort-qnn) builds for several")
+        return ()
 
     def spec_problems(self, model) -> list[tuple[str, str]]:
         """The converter renames every non-word character to '_' (done here the same way); refused: names
@@ -102,7 +108,7 @@ class Backend(base.Backend):
         return {"inputs": [tensor(t, True) for t in graph.inputs], "outputs": [tensor(t, False) for t in graph.outputs]}
 
     def simulator(self, model, graph, chip, tier: str) -> tuple:
-        binary = artifacts.context_binary(model, graph, chip)
+        binary = artifacts.context_binary(model, graph, chip, self.binary_suffix)
         work = artifacts.netrun_scratch(model, graph, chip, tier)
         return netrun.simulator, {"argv": tools.netrun_argv(self.sdk, binary, f"{work}/input_list.txt",
                                                             f"{work}/output"),

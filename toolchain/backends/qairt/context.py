@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -10,17 +9,16 @@ from toolchain import artifacts
 from toolchain.backends.qairt import tools
 from toolchain.backends.qairt.htpconfig import BACKEND_EXTENSIONS, HTP_CONFIG
 from toolchain.engine import external
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
+from toolchain.stages import Project
 
 
 def tasks(project: Project):
     for model, graph, chip in project.graph_chips(tools.NAME):
-        sdk = model.backend.sdk
+        compiler = project.compiler(model)
+        sdk = tools.sdk_of(compiler)
         lib = artifacts.model_lib(model, graph, tools.HOST)
         extensions = artifacts.htp_config(model, graph, chip, BACKEND_EXTENSIONS)
-        binary = artifacts.context_binary(model, graph, chip)
+        binary = artifacts.context_binary(model, graph, chip, compiler.binary_suffix)
         log, record = (artifacts.stage_log(model, graph, "context", chip),
                        artifacts.stage_record(model, graph, "context", chip))
         argv = tools.context_argv(sdk, lib, str(Path(binary).parent), Path(binary).stem, extensions)
@@ -29,7 +27,7 @@ def tasks(project: Project):
                "doc": f"{model.name}/{graph.name} -> {chip.name} (v{chip.htp_arch}) context binary, "
                       f"qnn-context-binary-generator [qairt {sdk.build_id}]",
                "file_dep": [lib, extensions, artifacts.htp_config(model, graph, chip, HTP_CONFIG),
-                            *model.backend.tool_files()],
+                            *compiler.tool_files()],
                "targets": [binary, record, log], "clean": True,
                "actions": [(external.action, (argv, env, log, [binary], record))],
                "uptodate": [config_changed({"argv": argv, "env": env, "sdk": sdk.record(), "chip": chip.record()})]}

@@ -3,7 +3,6 @@ A w8a16 graph is quantized by the converter itself from the calibration set's in
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -12,15 +11,13 @@ from toolchain.backends.qairt import tools
 from toolchain.engine import external, worker
 from toolchain.engine.files import atomic_path
 from toolchain.errors import StageFailed
-from toolchain.stages import parity
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
+from toolchain.stages import Project, parity
 
 
 def tasks(project: Project):
     for model in project.models_of(tools.NAME):
-        sdk = model.backend.sdk
+        compiler = project.compiler(model)
+        sdk = tools.sdk_of(compiler)
         for graph in model.graphs:
             src, cpp, weights = (artifacts.simplified(model, graph), artifacts.qnn_cpp(model, graph),
                                  artifacts.qnn_weights(model, graph))

@@ -3,7 +3,6 @@ writes them: docs/qairt.md), once per (graph, chip)."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -12,16 +11,15 @@ from toolchain.backends.qairt import tools
 from toolchain.engine.files import atomic_path
 from toolchain.engine.worker import in_process
 from toolchain.spec.chips import ChipRecord
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
+from toolchain.stages import Project
 
 BACKEND_EXTENSIONS, HTP_CONFIG = "htp_backend_extensions.json", "htp_config.json"
 
 
 def tasks(project: Project):
     for model in project.models_of(tools.NAME):
-        sdk = model.backend.sdk
+        compiler = project.compiler(model)
+        sdk = tools.sdk_of(compiler)
         for graph in model.graphs:
             name = tools.graph_name(artifacts.qnn_cpp(model, graph))   # must equal the converter's graph name
             for chip in (project.chips[c] for c in model.chips):

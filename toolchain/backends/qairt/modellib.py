@@ -1,21 +1,18 @@
 """QNN graph C++ + weights -> model libs (qnn-model-lib-generator), once per graph, never per chip."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from doit.tools import config_changed
 
 from toolchain import artifacts
 from toolchain.backends.qairt import tools
 from toolchain.engine import external
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
+from toolchain.stages import Project
 
 
 def tasks(project: Project):
     for model in project.models_of(tools.NAME):
-        sdk = model.backend.sdk
+        compiler = project.compiler(model)
+        sdk = tools.sdk_of(compiler)
         targets = tools.model_lib_targets(sdk, model.compile["android_libs"])
         for graph in model.graphs:
             cpp, weights = artifacts.qnn_cpp(model, graph), artifacts.qnn_weights(model, graph)

@@ -3,7 +3,6 @@ read from the ELF program headers (sherpa-onnx only prints `readelf -lW`); once 
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -12,9 +11,7 @@ from toolchain.backends.qairt import tools
 from toolchain.engine.files import atomic_path, sha256, write_json
 from toolchain.engine.worker import in_process
 from toolchain.errors import StageFailed
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
+from toolchain.stages import Project
 
 PT_LOAD = 1
 MACHINES = {62: "x86-64", 183: "AArch64"}
@@ -23,7 +20,8 @@ EXPECTED = {tools.HOST: "x86-64", tools.ANDROID: "AArch64"}
 
 def tasks(project: Project):
     for model in project.models_of(tools.NAME):
-        sdk = model.backend.sdk
+        compiler = project.compiler(model)
+        sdk = tools.sdk_of(compiler)
         targets = tools.model_lib_targets(sdk, model.compile["android_libs"])
         for graph in model.graphs:
             libs = {t: artifacts.model_lib(model, graph, t) for t in targets}

@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import sys
-from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -20,24 +19,23 @@ from toolchain.errors import StageFailed
 from toolchain.qnn import qnnbin
 from toolchain.qnn.layout import layout_permutation
 from toolchain.shared.iorecord import io_record
-
-if TYPE_CHECKING:   # annotations only: the project imports every stage
-    from toolchain.project import Project
+from toolchain.stages import Project
 
 KINDS = {"FLOAT": "float", "INT": "int", "UINT": "uint", "UFIXED_POINT": "ufixed", "SFIXED_POINT": "sfixed"}
 
 
 def tasks(project: Project):
     for model, graph, chip in project.graph_chips(tools.NAME):
-        sdk = model.backend.sdk
-        binary, context = (artifacts.context_binary(model, graph, chip),
+        compiler = project.compiler(model)
+        sdk = tools.sdk_of(compiler)
+        binary, context = (artifacts.context_binary(model, graph, chip, compiler.binary_suffix),
                            artifacts.stage_record(model, graph, "context", chip))
         out, log = artifacts.compile_record(model, graph, chip), artifacts.stage_log(model, graph, "readback", chip)
         raw = artifacts.stage_record(model, graph, "binary_info", chip)
         reader = tools.utility_argv(sdk, binary, raw) if sdk.has_utility() else None
         expected = {"graph_name": tools.graph_name(artifacts.qnn_cpp(model, graph)), "build_id": sdk.build_id,
                     "exact_build_id": not sdk.build_id_source.startswith("FALLBACK"),
-                    "chip": chip.record(), "io": io_record(graph), "view": model.backend.runtime_view(graph)}
+                    "chip": chip.record(), "io": io_record(graph), "view": compiler.runtime_view(graph)}
         kwargs = {"binary": binary, "context": context, "reader": reader, "env": tools.env(sdk),
                   "lib_dir": f"{sdk.root}/lib/{tools.HOST}", "raw": raw, "expected": expected, "sdk": sdk.record(),
                   "out": out, "log": log}

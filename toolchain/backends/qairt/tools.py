@@ -13,6 +13,7 @@ from toolchain.errors import SpecError
 from toolchain.qnn.layout import ANDROID, HOST, c_name, device_libraries
 from toolchain.qnn.sdk import ENV_ROOT, UTILITY, Sdk, layout_problems, read_build_id
 from toolchain.spec.chips import ChipRecord
+from toolchain.stages import Compiler
 
 NAME = "qairt"
 ENV_PYTHON = "QAIRT_PYTHON"   # its default and its reading: toolchain/options.py
@@ -176,3 +177,11 @@ def _arch_users(models, chips: dict) -> dict:
     for name in dict.fromkeys(c for m in models for c in m.chips):
         users.setdefault(chips[name].htp_arch, []).append(name)
     return {arch: ", ".join(names) for arch, names in users.items()}
+
+
+def sdk_of(compiler: Compiler) -> Sdk:
+    """The SDK the QAIRT compiler found at load (its preflight): what each of its stages runs."""
+    sdk = getattr(compiler, "sdk", None)
+    if not isinstance(sdk, Sdk):
+        raise TypeError(f"{compiler.name}: no QAIRT SDK was found at load (preflight did not run)")
+    return sdk
