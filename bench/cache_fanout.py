@@ -36,7 +36,7 @@ def load() -> str:
 
 
 def plan(root: Path, phase: str) -> list[dict]:
-    done = subprocess.run([sys.executable, "-m", "toolchain.engine.matrix", "--phase", phase], cwd=root,
+    done = subprocess.run([sys.executable, "-m", "toolchain.matrix", "--phase", phase], cwd=root,
                           capture_output=True, text=True, check=True)
     return json.loads(done.stdout)["include"]
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What the stamp memo (ctime and inode beside size and mtime: toolchain/engine/stamps.py) costs a no-op `doit`:
+"""What the stamp memo (ctime and inode beside size and mtime: toolchain/engine/state/stamps.py) costs a no-op `doit`:
 the full task graph of the models shipped at the commit before (both trees the same graph), its doit state
 filled as after a real build (projects.fill), timed with the toolchain of a commit before the memo and with
 this one, runs alternating so both see the same machine.

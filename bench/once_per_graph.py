@@ -19,7 +19,7 @@ from sherpa_style import STEPS, steps
 
 from toolchain import options
 from toolchain import project as projects
-from toolchain.engine import external, worker
+from toolchain.engine.run import external, worker
 
 # the child: the step's function by its qualified name, its arguments as JSON on stdin
 CHILD = ("import json, sys; from toolchain.engine import worker; "

@@ -17,7 +17,7 @@ import sys
 
 from toolchain import options, pipeline
 from toolchain import project as projects
-from toolchain.engine import external, worker
+from toolchain.engine.run import external, worker
 
 STEPS = ("checkpoint", "export", "simplify", "inspect", "parity", "calibrate", "quantize", "compile", "verify",
          "manifest")   # what a per-chip CI script runs, in pipeline order

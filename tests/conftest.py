@@ -74,7 +74,7 @@ class Project:
         from doit.doit_cmd import DoitMain
         from doit.exceptions import InvalidDodoFile
 
-        from toolchain.engine import buildlock
+        from toolchain.engine.run import buildlock
         cwd = os.getcwd()
         handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}   # the dodo sets its own
         os.chdir(self.root)

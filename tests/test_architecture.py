@@ -199,6 +199,16 @@ def test_the_type_ratchet_tells_the_clean_modules_from_the_rest():
     import typecheck
     out = ("toolchain/spec/table.py:46: error: Need type annotation\ntoolchain/stages/new.py:3: error: a\n"
            f"{typecheck.PENDING[0]}:7: error: b\n"
-           "toolchain/engine/zygote.py:9: note: a note is not a finding\nFound 3 errors in 3 files\n")
+           "toolchain/engine/run/zygote.py:9: note: a note is not a finding\nFound 3 errors in 3 files\n")
     assert typecheck.split(out) == (["toolchain/spec/table.py:46: error: Need type annotation",
                                      "toolchain/stages/new.py:3: error: a"], [f"{typecheck.PENDING[0]}:7: error: b"])
+
+
+def test_the_engine_is_three_rooms_and_a_few_modules():
+    """engine/ holds running a step (run/), what doit remembers (state/) and the cache (cache/), plus a few
+    modules all three use: at most 10 direct modules, a room counted as one."""
+    engine = ROOT / "toolchain/engine"
+    direct = sorted(p.name for p in engine.iterdir() if (p.suffix == ".py" and p.name != "__init__.py")
+                    or (p / "__init__.py").is_file())
+    assert {"run", "state", "cache"} <= set(direct)
+    assert len(direct) <= 10, direct

@@ -15,7 +15,7 @@ import torch
 from conftest import ROOT, Project, sdk_env, sha256
 
 from toolchain.deploy import sherpa_whisper, tarball
-from toolchain.engine.worker import load_module
+from toolchain.engine.run.worker import load_module
 from toolchain.shared import modeldata
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))

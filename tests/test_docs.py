@@ -92,7 +92,7 @@ def cited_text(path: Path) -> list[tuple[int, str]]:
 
 
 def _expand(pattern: str) -> list[str]:
-    """`engine/{checker,stamps}.py` -> both; `models/<m>.toml`, `…/x` -> globs."""
+    """`engine/state/{checker,stamps}.py` -> both; `models/<m>.toml`, `…/x` -> globs."""
     match = re.search(r"\{([^{}]*)\}", pattern)
     if match:
         return [p for alt in match.group(1).split(",")

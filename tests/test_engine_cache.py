@@ -49,7 +49,7 @@ def test_the_key_follows_inputs_settings_and_code(tmp_path, monkeypatch):
     assert key() == first and key(settings=[{"o": 2}]) != first and key(code="toolchain.stages.verify") != first
     Path("in.onnx").write_bytes(b"b")
     assert key() != first
-    assert {"backends/ort_qnn/compile.py", "backends/ort_qnn/ep.py", "qnn/qnnbin.py", "engine/worker.py"} <= set(
+    assert {"backends/ort_qnn/compile.py", "backends/ort_qnn/ep.py", "qnn/qnnbin.py", "engine/run/worker.py"} <= set(
         cache.code_digest("toolchain.backends.ort_qnn.compile"))
 
 

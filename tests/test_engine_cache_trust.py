@@ -1,4 +1,4 @@
-"""The shared cache attacked by whoever can write it (toolchain/engine/cache/, engine/restored.py, docs/scale.md
+"""The shared cache attacked by whoever can write it (toolchain/engine/cache/, engine/cache/restored.py, docs/scale.md
 "Trust"): no stage whose outputs are code is ever stored or restored, whatever entry a writer plants; data restored
 is checked against what the cache cannot write (the checkpoint's pin, the array format, the record format); settings
 and keys name no folder, so projects at other depths share every cacheable entry. Folder and nginx alike."""
@@ -39,7 +39,8 @@ from toolchain.engine.cache import store as cache_store
 # have where its inputs exist), as JSON. A subprocess: the dodo reads its own command line and environment.
 LIST_TASKS = textwrap.dedent('''
     import json, os, runpy
-    from toolchain.engine import cache, external, worker
+    from toolchain.engine import cache
+    from toolchain.engine.run import external, worker
     found = []
     for obj in runpy.run_path("dodo.py").values():
         create = getattr(obj, "create_doit_tasks", None)
@@ -262,7 +263,7 @@ def test_the_store_never_stores_or_restores_code(shared, tmp_path, monkeypatch):
 def test_a_tool_runs_record_must_name_the_outputs_restored_with_it(tmp_path):
     """An external tool's step (QAIRT context) restored: its record must have a run's shape and the sha256 of every
     output beside it, so an entry cannot pair a record with another binary."""
-    from toolchain.engine import external
+    from toolchain.engine.run import external
     binary, other, record = tmp_path / "net.bin", tmp_path / "other.bin", tmp_path / "net.context.json"
     binary.write_bytes(b"the binary")
     other.write_bytes(b"another binary")

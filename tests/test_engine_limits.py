@@ -1,4 +1,4 @@
-"""Parallel out of the box with slots sized per stage (toolchain/engine/limits.py, pipeline.default_slots): the cores,
+"""Parallel out of the box with slots sized per stage (engine/run/limits.py, pipeline.default_slots): the cores,
 the simulator's threads and the memory set the slots, a stage limit caps concurrent steps, the simulator stages
 share one pool, and `doit -n 2` gives the serial build's bytes and state."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 from conftest import RESTORED, assert_same_outputs, cacheable, checkout, doit, tool_logs
 
 from toolchain import options, pipeline
-from toolchain.engine import limits
+from toolchain.engine.run import limits
 
 
 def test_slots_follow_the_cores_the_simulators_threads_and_the_memory():

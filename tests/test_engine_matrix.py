@@ -1,4 +1,4 @@
-"""The CI matrix (toolchain/engine/matrix.py): chip-independent and per-chip work split into jobs under the job limit,
+"""The CI matrix (toolchain/matrix.py): chip-independent and per-chip work split into jobs under the job limit,
 the jobs run as separate checkouts sharing a cache (each heavy stage once), and the example workflow that runs
 them."""
 from __future__ import annotations
@@ -11,12 +11,12 @@ from pathlib import Path
 
 from conftest import RESTORED, cacheable, checkout, doit, tool_logs
 
-from toolchain.engine import matrix
+from toolchain import matrix
 from toolchain.engine.cache import sign
 
 
 def plan(root: Path, *args: str) -> list[dict]:
-    out = subprocess.run([sys.executable, "-m", "toolchain.engine.matrix", *args], cwd=root, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "toolchain.matrix", *args], cwd=root, capture_output=True,
                          text=True, check=True).stdout
     return json.loads(out)["include"]
 
@@ -76,7 +76,7 @@ def test_matrix_grouping_stays_under_the_job_limit():
 def test_the_example_workflow_shares_the_http_cache_and_installs_what_the_readme_does():
     """No CI engine runs here: the file's structure is what can be checked. The fan-out's phases chain, every
     job reaches the server through secrets (URL and token; no cache artifacts passed around), each job installs
-    the README's model packages, and the matrix commands are the ones toolchain/engine/matrix.py takes."""
+    the README's model packages, and the matrix commands are the ones toolchain/matrix.py takes."""
     import re
 
     import yaml
@@ -102,10 +102,10 @@ def test_the_example_workflow_shares_the_http_cache_and_installs_what_the_readme
         assert "python -m doit" in runs or name == "plan", name
         assert '> "$QNN_CACHE_SIGN_KEY"' in job["steps"][1]["run"], name   # the key file before any load
     for phase in ("models", "chips"):
-        assert f"toolchain.engine.matrix --phase {phase}" in "\n".join(s.get("run", "") for s in jobs["plan"]["steps"])
+        assert f"toolchain.matrix --phase {phase}" in "\n".join(s.get("run", "") for s in jobs["plan"]["steps"])
         assert jobs[phase]["strategy"]["matrix"] == f"${{{{ fromJSON(needs.plan.outputs.{phase}) }}}}"
     import subprocess
     import sys
-    usage = subprocess.run([sys.executable, "-m", "toolchain.engine.matrix", "--help"], capture_output=True,
+    usage = subprocess.run([sys.executable, "-m", "toolchain.matrix", "--help"], capture_output=True,
                            text=True, cwd=ROOT).stdout
     assert "--phase {models,chips}" in usage and "--max-jobs" in usage

@@ -1,4 +1,4 @@
-"""Progress (toolchain/engine/progress.py): [n/N], durations and an ETA from the last build; plain lines under CI."""
+"""Progress (engine/run/progress.py): [n/N], durations and an ETA from the last build; plain lines under CI."""
 from __future__ import annotations
 
 import os

@@ -17,7 +17,9 @@ import time
 import pytest
 from conftest import Project, sha256
 
-from toolchain.engine import buildlock, cache, files, statedb
+from toolchain.engine import cache, files
+from toolchain.engine.run import buildlock
+from toolchain.engine.state import statedb
 
 
 def damage(path, keep_mtime: bool = False):
@@ -137,7 +139,7 @@ def test_an_input_is_hashed_once_until_its_size_or_mtime_changes(tmp_path, monke
 
 
 def test_doits_md5_of_a_dependency_is_taken_once_per_run_until_it_changes(tmp_path, monkeypatch):
-    from toolchain.engine import checker
+    from toolchain.engine.state import checker
     path = tmp_path / "libQnnHtp.so"
     path.write_bytes(b"x" * 1000)
     calls = []
@@ -157,7 +159,7 @@ def test_doits_md5_of_a_dependency_is_taken_once_per_run_until_it_changes(tmp_pa
 def test_an_edit_that_keeps_size_and_mtime_is_seen_by_its_ctime(tmp_path, monkeypatch):
     """The state says (mtime, size, md5); the stamp memo adds ctime and inode: `cp -p`-style edits rerun the
     task without rehash=1, an untouched file is not read, and a build made before reads each file once."""
-    from toolchain.engine import checker, stamps
+    from toolchain.engine.state import checker, stamps
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(checker, "_MEMO", {})
     monkeypatch.setattr(stamps, "_stores", {})
@@ -192,7 +194,7 @@ def test_the_compiler_is_asked_its_version_again_only_when_its_file_changed(tmp_
     """modellib's settings name the C compiler by `cc --version`: asked once, then recalled by the binary's stamp
     from build/.stamps.json in later runs; a new compiler file (an upgrade: new inode, ctime) is asked again."""
     from toolchain.backends.ort_qnn import modellib
-    from toolchain.engine import stamps
+    from toolchain.engine.state import stamps
     monkeypatch.chdir(tmp_path)
     (tmp_path / "build").mkdir()
     monkeypatch.setattr(stamps, "_stores", {})

@@ -1,4 +1,4 @@
-"""The trace of a build (toolchain/engine/trace.py): build/trace.json in the trace-event format, build/trace.svg,
+"""The trace of a build (toolchain/engine/run/trace.py): build/trace.json in the trace-event format, build/trace.svg,
 the critical path at the end of the build and in build/report.md; a no-op writes nothing."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import time
 from conftest import Project
 from doit.task import Task
 
-from toolchain.engine import trace
-from toolchain.engine.trace import Slice
+from toolchain.engine.run import trace
+from toolchain.engine.run.trace import Slice
 
 
 def ran_slices(events: list[dict]) -> list[dict]:

@@ -1,4 +1,4 @@
-"""Steps are forks of a fork server (toolchain/engine/{worker,zygote}.py): a step that crashes or leaks does not touch
+"""Steps are forks of a fork server (engine/run/{worker,zygote}.py): a step that crashes or leaks does not touch
 the next, a dead server is replaced, the worker mode is checked at load, and fresh-process steps give the bytes
 the forks give."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 import worker_steps
 from conftest import ONE_CHIP, Project, assert_same_outputs, checkout, doit, tool_logs
 
-from toolchain.engine import worker, zygote
+from toolchain.engine.run import worker, zygote
 
 
 def _step_task(tmp_path, mode="fork"):
@@ -86,7 +86,7 @@ def test_fresh_process_steps_give_the_same_bytes_as_forks_of_the_server(referenc
 
 
 def _workers_in(folder: Path) -> list[tuple[int, str]]:
-    """(pid, command line) of every process of toolchain.engine.worker whose working folder is `folder` (the
+    """(pid, command line) of every process of toolchain.engine.run.worker whose working folder is `folder` (the
     fork server, its waiters and steps, a fresh step): this test's own, not a parallel test's."""
     found = []
     for proc in Path("/proc").iterdir():
@@ -94,7 +94,7 @@ def _workers_in(folder: Path) -> list[tuple[int, str]]:
             continue
         try:
             line = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if "toolchain.engine.worker" in line and Path(os.readlink(proc / "cwd")) == folder:
+            if "toolchain.engine.run.worker" in line and Path(os.readlink(proc / "cwd")) == folder:
                 found.append((int(proc.name), line.strip()))
         except OSError:
             continue   # gone meanwhile, or not ours to read

@@ -12,7 +12,7 @@ import torch
 from conftest import ROOT
 
 from toolchain import spec as specs
-from toolchain.engine.worker import load_module
+from toolchain.engine.run.worker import load_module
 from toolchain.shared.iorecord import io_record
 from toolchain.spec import chips
 from toolchain.stages import stream as streams

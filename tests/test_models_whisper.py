@@ -9,7 +9,7 @@ import torch
 from conftest import ROOT, Project
 
 from toolchain import spec
-from toolchain.engine.worker import load_module
+from toolchain.engine.run.worker import load_module
 from toolchain.shared.iorecord import io_record
 from toolchain.spec import chips
 

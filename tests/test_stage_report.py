@@ -112,7 +112,7 @@ def test_the_html_report_renders_in_headless_chromium(reference, tmp_path):
     assert "<svg" in text and "http" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "")   # nothing fetched
     shot, dom = render(page, tmp_path)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
-    dom, last_build = dom.split("<h2>Last build</h2>")   # the page, then the last build's timeline (engine/trace.py)
+    dom, last_build = dom.split("<h2>Last build</h2>")   # the page, then the last build (trace.py)
     assert "critical path " in last_build and last_build.count("<rect") >= 10   # a box per task that ran
     assert dom.count("<rect") == 16   # 4 checks + 4 graphs x 3 costs
     assert dom.count("<tr>") == 3 + 5 + 3   # the grid (2 models), the table (4 pairs), the QNN graphs (2)

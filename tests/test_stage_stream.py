@@ -12,7 +12,7 @@ import pytest
 from conftest import FIXTURES, Project
 
 from toolchain import spec
-from toolchain.engine.worker import load_module
+from toolchain.engine.run.worker import load_module
 from toolchain.shared import measures
 from toolchain.shared.iorecord import io_record
 from toolchain.spec import chips

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from toolchain.engine.files import atomic_path, sha256
-from toolchain.engine.worker import load_module
+from toolchain.engine.run.worker import load_module
 
 TEMPLATE = Path(__file__).with_name("template")
 # where each template goes in the project

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any, Callable, Protocol
 
 from toolchain.deploy import sherpa_whisper
-from toolchain.engine.worker import load_module
+from toolchain.engine.run.worker import load_module
 from toolchain.errors import StageFailed
 from toolchain.shared.audio import read_wav
 from toolchain.stages.export import torch_to_onnx

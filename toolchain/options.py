@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from toolchain import backends, pipeline
 from toolchain.deploy import selector
-from toolchain.engine import cache, limits, zygote
+from toolchain.engine import cache
 from toolchain.engine.cache import sign
 from toolchain.engine.options import (
     Option,
@@ -26,6 +26,7 @@ from toolchain.engine.options import (
     text,
 )
 from toolchain.engine.options import resolve as resolve_rows
+from toolchain.engine.run import limits, zygote
 from toolchain.spec import chips as chip_table
 
 __all__ = ["TABLE", "Options", "OptionError", "resolve", "resolve_given"]

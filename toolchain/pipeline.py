@@ -11,9 +11,11 @@ from inspect import Signature, isfunction, signature
 
 from toolchain import artifacts, backends
 from toolchain.deploy import bundle, runtime_libs, selector, sherpa_run
-from toolchain.engine import cache, limits, outputs
+from toolchain.engine import cache
 from toolchain.engine.cache import sign
 from toolchain.engine.options import OptionError
+from toolchain.engine.run import limits
+from toolchain.engine.state import outputs
 from toolchain.errors import SpecError
 from toolchain.phone import device, step0
 from toolchain.spec import chips as chip_table
@@ -61,7 +63,7 @@ COMPILERS = _compiler_stages()
 # Every stage that runs the x86 HTP simulator holds a slot of one pool: a full-tier verify beside a default one, or
 # the sherpa gate beside a verify, would be two ~2-thread simulators fighting over 2 cores.
 SIMULATOR = "simulator"
-# What the heavy steps import: the fork server imports them once, before its first fork (engine/zygote.py).
+# What the heavy steps import: the fork server imports them once, before its first fork (engine/run/zygote.py).
 PRELOAD = ("numpy", "onnx", "onnxruntime", "torch", "onnxsim")
 RESULT = "result"   # a stage whose outputs no later step checks (stages.OUTPUT_KINDS)
 STAGES = (

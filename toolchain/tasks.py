@@ -16,7 +16,9 @@ import sys
 
 from toolchain import options as settings
 from toolchain import pipeline, project
-from toolchain.engine import buildlock, checker, files, paths, progress, trace
+from toolchain.engine import files, paths
+from toolchain.engine.run import buildlock, progress, trace
+from toolchain.engine.state import checker
 from toolchain.stages import report
 
 

@@ -12,7 +12,7 @@ from doit.tools import config_changed
 from toolchain import artifacts
 from toolchain.deploy import sherpa, tarball
 from toolchain.engine.files import read_json, sha256, write_json
-from toolchain.engine.worker import load_module, run
+from toolchain.engine.run.worker import load_module, run
 from toolchain.errors import StageFailed
 from toolchain.qnn import compat
 from toolchain.shared import modeldata

@@ -10,7 +10,7 @@ from doit.tools import config_changed
 from toolchain import artifacts
 from toolchain.engine import versions
 from toolchain.engine.files import sha256, write_json
-from toolchain.engine.worker import in_process
+from toolchain.engine.run.worker import in_process
 from toolchain.qnn.layout import ANDROID, device_libraries
 from toolchain.spec.chips import ChipRecord
 from toolchain.stages import Project

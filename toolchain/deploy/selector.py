@@ -8,7 +8,7 @@ from pathlib import Path
 
 from toolchain import artifacts
 from toolchain.engine.files import read_json, sha256, write_json
-from toolchain.engine.worker import in_process
+from toolchain.engine.run.worker import in_process
 from toolchain.qnn import compat
 from toolchain.stages import Project
 

@@ -12,7 +12,7 @@ from doit.tools import config_changed
 from toolchain import artifacts
 from toolchain.deploy import bundle, sherpa_whisper, tarball
 from toolchain.engine.files import write_json
-from toolchain.engine.worker import load_module, run
+from toolchain.engine.run.worker import load_module, run
 from toolchain.errors import StageFailed
 from toolchain.qnn import qnnrun
 from toolchain.shared import modeldata

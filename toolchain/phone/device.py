@@ -12,7 +12,7 @@ from toolchain import artifacts
 from toolchain.deploy import selector
 from toolchain.deploy.runtime_libs import family
 from toolchain.engine.files import read_json, write_json
-from toolchain.engine.worker import load_module
+from toolchain.engine.run.worker import load_module
 from toolchain.errors import StageFailed
 from toolchain.phone import adb, devrun, probe
 from toolchain.phone.phonetask import run_logged

@@ -17,7 +17,7 @@ from doit.tools import config_changed
 
 from toolchain import artifacts
 from toolchain.engine.files import atomic_dir, write_json
-from toolchain.engine.worker import load_module, run
+from toolchain.engine.run.worker import load_module, run
 from toolchain.errors import StageFailed
 from toolchain.qnn.layout import native_permutation
 from toolchain.shared import modeldata

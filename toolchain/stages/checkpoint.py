@@ -9,7 +9,7 @@ from doit.tools import config_changed
 from toolchain import artifacts
 from toolchain.engine import cache
 from toolchain.engine.files import atomic_path, sha256
-from toolchain.engine.worker import load_module, run
+from toolchain.engine.run.worker import load_module, run
 from toolchain.errors import StageFailed
 from toolchain.shared import modeldata
 from toolchain.stages import Project, export

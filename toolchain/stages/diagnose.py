@@ -21,7 +21,7 @@ from doit.tools import config_changed
 
 from toolchain import artifacts
 from toolchain.engine.files import read_json, write_json
-from toolchain.engine.worker import in_process, load_module, run
+from toolchain.engine.run.worker import in_process, load_module, run
 from toolchain.errors import StageFailed
 from toolchain.shared import measures, modeldata
 from toolchain.shared.iorecord import io_record

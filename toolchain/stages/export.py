@@ -15,7 +15,7 @@ from doit.tools import config_changed
 from toolchain import artifacts
 from toolchain.engine import versions
 from toolchain.engine.files import atomic_path, sha256, write_json
-from toolchain.engine.worker import load_module, missing_package, run
+from toolchain.engine.run.worker import load_module, missing_package, run
 from toolchain.errors import StageFailed
 from toolchain.shared import modeldata
 from toolchain.shared.iorecord import io_record

@@ -9,7 +9,7 @@ from doit.tools import config_changed
 
 from toolchain import artifacts
 from toolchain.engine.files import write_json
-from toolchain.engine.worker import in_process
+from toolchain.engine.run.worker import in_process
 from toolchain.errors import StageFailed
 from toolchain.rewrites import known_wrong
 from toolchain.shared.iorecord import io_record

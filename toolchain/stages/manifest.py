@@ -7,7 +7,7 @@ from doit.tools import config_changed
 
 from toolchain import artifacts
 from toolchain.engine.files import read_json, write_json
-from toolchain.engine.worker import in_process
+from toolchain.engine.run.worker import in_process
 from toolchain.errors import StageFailed
 from toolchain.qnn import compat
 from toolchain.spec.table import plain

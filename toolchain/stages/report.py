@@ -4,7 +4,7 @@ failed (its one-line reason and the file that holds its numbers) or not built; t
 
 The report tells what is true now, failed checks included: the report task cannot run when a check it depends on
 failed (doit skips it, under --continue too), so after every build that ran something, after_build() writes it again
-from the manifests on disk and the engine's record of what failed (engine/failures.py), and first removes what
+from the manifests on disk and the engine's record of what failed (engine/state/failures.py), and first removes what
 still claims a result the failure overturned (claims(): the old manifest, verify records and bundles downstream)."""
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from html import escape
 
 from toolchain import artifacts
-from toolchain.engine import failures, outputs, paths
+from toolchain.engine import paths
 from toolchain.engine.files import atomic_path, read_json
-from toolchain.engine.worker import in_process
+from toolchain.engine.run.worker import in_process
+from toolchain.engine.state import failures, outputs
 from toolchain.stages import Project, families, manifest, report_html
 
 COLUMNS = ("model", "chip", "arch", "precision", "binaries MB", "compile s", "parity max abs",
@@ -307,7 +308,7 @@ def last_build(out: str) -> str:
 
 
 def after(project: Project):
-    """What the build calls after it ran something (engine/trace.py's `after`): after_build for this project."""
+    """What the build calls after it ran something (engine/run/trace.py's `after`): after_build for this project."""
     def then(summary_line: str) -> None:   # the pairs found only then: a no-op pays nothing
         after_build(summary_line, pairs(project, project.model_chips()), sources(project, project.model_chips())[1])
     return then

@@ -10,7 +10,7 @@ from doit.tools import config_changed
 from toolchain import artifacts
 from toolchain.engine import versions
 from toolchain.engine.files import atomic_path, write_json
-from toolchain.engine.worker import run
+from toolchain.engine.run.worker import run
 from toolchain.errors import StageFailed
 from toolchain.rewrites import library as rewrites
 from toolchain.spec.table import plain

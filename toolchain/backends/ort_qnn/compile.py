@@ -12,7 +12,7 @@ from doit.tools import config_changed
 from toolchain import artifacts
 from toolchain.backends.ort_qnn import context, ep, families, modellib
 from toolchain.engine.files import atomic_path, read_json, sha256, write_json
-from toolchain.engine.worker import run
+from toolchain.engine.run.worker import run
 from toolchain.errors import StageFailed
 from toolchain.qnn import qnnbin
 from toolchain.shared.iorecord import io_record

@@ -22,7 +22,7 @@ from toolchain import artifacts
 from toolchain.backends.ort_qnn import ep
 from toolchain.engine import versions
 from toolchain.engine.files import write_json
-from toolchain.engine.worker import in_process
+from toolchain.engine.run.worker import in_process
 from toolchain.errors import StageFailed
 from toolchain.qnn import compat
 from toolchain.stages import Project

@@ -15,8 +15,9 @@ from doit.tools import config_changed
 
 from toolchain import artifacts
 from toolchain.backends.ort_qnn import ep, families
-from toolchain.engine import external, stamps
 from toolchain.engine.files import sha256
+from toolchain.engine.run import external
+from toolchain.engine.state import stamps
 from toolchain.stages import Project
 
 TARGET = "x86_64-linux"

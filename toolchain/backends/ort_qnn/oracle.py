@@ -24,7 +24,7 @@ from doit.tools import config_changed
 from toolchain import artifacts
 from toolchain.backends.ort_qnn import ep, families
 from toolchain.engine.files import write_json
-from toolchain.engine.worker import run
+from toolchain.engine.run.worker import run
 from toolchain.errors import StageFailed
 from toolchain.qnn import qnnbin
 from toolchain.stages import Project

@@ -20,7 +20,7 @@ from toolchain import artifacts
 from toolchain.backends.ort_qnn import ep
 from toolchain.engine import versions
 from toolchain.engine.files import atomic_path
-from toolchain.engine.worker import run
+from toolchain.engine.run.worker import run
 from toolchain.stages import Project, calibrate, parity
 
 SETTINGS = {"activation_type": "QUInt16", "weight_type": "QUInt8", "per_channel": True, "io": "float32",

@@ -20,7 +20,7 @@ from doit.tools import config_changed
 from toolchain import artifacts
 from toolchain.backends.ort_qnn import ep
 from toolchain.engine.files import atomic_dir, read_json, sha256, write_json
-from toolchain.engine.worker import run
+from toolchain.engine.run.worker import run
 from toolchain.errors import StageFailed
 from toolchain.qnn import qnnbin
 from toolchain.shared.iorecord import io_record

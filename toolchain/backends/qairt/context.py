@@ -8,7 +8,7 @@ from doit.tools import config_changed
 from toolchain import artifacts
 from toolchain.backends.qairt import tools
 from toolchain.backends.qairt.htpconfig import BACKEND_EXTENSIONS, HTP_CONFIG
-from toolchain.engine import external
+from toolchain.engine.run import external
 from toolchain.stages import Project
 
 

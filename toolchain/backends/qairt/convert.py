@@ -8,8 +8,8 @@ from doit.tools import config_changed
 
 from toolchain import artifacts
 from toolchain.backends.qairt import tools
-from toolchain.engine import external, worker
 from toolchain.engine.files import atomic_path
+from toolchain.engine.run import external, worker
 from toolchain.errors import StageFailed
 from toolchain.stages import Project, parity
 

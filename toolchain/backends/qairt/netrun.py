@@ -6,8 +6,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from toolchain.engine import external
 from toolchain.engine.files import read_json
+from toolchain.engine.run import external
 from toolchain.errors import StageFailed
 from toolchain.qnn.layout import c_name, permutation_or_fail
 

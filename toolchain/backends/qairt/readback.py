@@ -12,9 +12,9 @@ from doit.tools import config_changed
 
 from toolchain import artifacts
 from toolchain.backends.qairt import tools
-from toolchain.engine import external
 from toolchain.engine.files import read_json, sha256, write_json
-from toolchain.engine.worker import in_process
+from toolchain.engine.run import external
+from toolchain.engine.run.worker import in_process
 from toolchain.errors import StageFailed
 from toolchain.qnn import qnnbin
 from toolchain.qnn.layout import layout_permutation

@@ -30,7 +30,7 @@ from pathlib import Path
 from doit.exceptions import BaseFail
 from doit.tools import config_changed
 
-from toolchain.engine import trace, versions
+from toolchain.engine import versions
 from toolchain.engine.cache import heal, remote
 from toolchain.engine.cache.store import (  # noqa: F401  (the API)
     FORMAT,
@@ -41,6 +41,7 @@ from toolchain.engine.cache.store import (  # noqa: F401  (the API)
     say_once,
 )
 from toolchain.engine.files import sha256, sha256_memo
+from toolchain.engine.run import trace
 
 SETTINGS = "cache"   # a task's meta key holding this run's store.Settings (None or no key: no cache)
 # A task's meta "output_kind": "code" when a later step compiles, links, loads or imports its outputs. Such a

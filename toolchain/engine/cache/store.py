@@ -12,8 +12,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolchain.engine import restored
-from toolchain.engine.cache import sign
+from toolchain.engine.cache import restored, sign
 from toolchain.engine.files import MODE, remember, sha256, sha256_memo
 
 FORMAT = 2   # bump when the key material or the layout changes (2: inputs named portably)

@@ -24,8 +24,9 @@ from html import escape
 
 from doit.reporter import ConsoleReporter
 
-from toolchain.engine import failures, paths
+from toolchain.engine import paths
 from toolchain.engine.files import atomic_path
+from toolchain.engine.state import failures
 
 KEPT = 5   # traces of earlier builds kept in build/traces/
 LATE = 0.5   # seconds after its last dependency ended that a start counts as a wait for a job or a slot

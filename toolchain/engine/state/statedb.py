@@ -6,7 +6,7 @@ import sqlite3
 
 from doit.dependency import DatabaseException, SqliteDB
 
-from toolchain.engine import stamps
+from toolchain.engine.state import stamps
 
 
 def explain(name: str, err: Exception) -> str:

@@ -30,7 +30,7 @@ import threading
 import traceback
 from typing import IO
 
-SERVE = "--serve"   # `python -m toolchain.engine.worker --serve ADDRESS` starts a server (worker.py knows the step)
+SERVE = "--serve"   # `python -m toolchain.engine.run.worker --serve ADDRESS` starts a server (worker.py knows the step)
 MODES = ("fork", "fresh")
 STOP = b"stop\n"   # what doit writes to a server's stdin before closing it at a clean end
 PR_SET_PDEATHSIG = 1   # prctl(2): a signal for this process when the thread that started it ends
@@ -42,7 +42,7 @@ class Server:
     def __init__(self, env: dict, preload: tuple = ()):
         self.address = f"fork-server-{os.getpid()}-{os.urandom(6).hex()}"   # Linux abstract socket: no file
         # its own process group, which its waiters and steps join: when doit is gone, it ends them all (serve())
-        self.process = subprocess.Popen([sys.executable, "-m", "toolchain.engine.worker", SERVE,
+        self.process = subprocess.Popen([sys.executable, "-m", "toolchain.engine.run.worker", SERVE,
                                          self.address, *preload],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=os.getcwd(),
                                         start_new_session=True)
@@ -175,7 +175,7 @@ def _wait_for_step(conn: socket.socket, step) -> None:
 
 
 def _step(request: dict, step) -> None:
-    """The step: what `python -m toolchain.engine.worker` does, in a fork, in the caller's folder."""
+    """The step: what `python -m toolchain.engine.run.worker` does, in a fork, in the caller's folder."""
     rc = 1
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)

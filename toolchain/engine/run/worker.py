@@ -13,8 +13,9 @@ import traceback
 
 from doit.exceptions import TaskError, TaskFailed
 
-from toolchain.engine import cache, limits, zygote
+from toolchain.engine import cache
 from toolchain.engine.files import atomic_path
+from toolchain.engine.run import limits, zygote
 from toolchain.errors import StageFailed  # the worker's importers of old took it from here
 
 FAILED = "STAGE-FAILED: "
@@ -104,7 +105,7 @@ def _call(function: str, kwargs: dict, log: str, fresh: bool = False, interprete
 
 def _fresh(function: str, kwargs: dict, log, env: dict, python: str = sys.executable) -> int:
     with open(log, "a") as out:
-        return subprocess.call([python, "-m", "toolchain.engine.worker", function, json.dumps(kwargs)],
+        return subprocess.call([python, "-m", "toolchain.engine.run.worker", function, json.dumps(kwargs)],
                                stdout=out, stderr=subprocess.STDOUT, env=env)
 
 
@@ -215,5 +216,5 @@ if __name__ == "__main__":
     if sys.argv[1:2] != [zygote.SERVE]:
         zygote.die_with_parent()   # a fresh step ends with the doit that waits for it
     # Run the imported module's main, so StageFailed raised by stages is the class caught there.
-    from toolchain.engine.worker import main as imported_main
+    from toolchain.engine.run.worker import main as imported_main
     sys.exit(imported_main(sys.argv[1:]))

@@ -11,9 +11,10 @@ from pathlib import Path
 
 from doit.exceptions import TaskFailed
 
-from toolchain.engine import cache, limits
+from toolchain.engine import cache
 from toolchain.engine.files import sha256, write_json
-from toolchain.engine.worker import ended
+from toolchain.engine.run import limits
+from toolchain.engine.run.worker import ended
 
 PATH_LISTS = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH")   # prepended to the caller's value, as envsetup.sh does
 TAIL = 20

@@ -14,7 +14,8 @@ import os
 from doit import dependency
 from doit.dependency import get_file_md5
 
-from toolchain.engine import files, stamps
+from toolchain.engine import files
+from toolchain.engine.state import stamps
 
 
 def for_run(rehash: bool) -> type[MD5Checker]:

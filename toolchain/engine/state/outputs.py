@@ -12,7 +12,8 @@ import threading
 
 from doit.exceptions import TaskFailed
 
-from toolchain.engine import failures, files, paths, stamps, statedb
+from toolchain.engine import files, paths
+from toolchain.engine.state import failures, stamps, statedb
 
 _LOCAL = threading.local()   # one connection per thread: doit -n N runs actions in threads
 

@@ -15,7 +15,7 @@ from doit.reporter import ConsoleReporter
 
 from toolchain.engine import paths
 from toolchain.engine.files import atomic_path
-from toolchain.engine.trace import Traced
+from toolchain.engine.run.trace import Traced
 
 
 def clock(seconds: float) -> str:

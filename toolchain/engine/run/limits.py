@@ -10,7 +10,8 @@ import fcntl
 import os
 import time
 
-from toolchain.engine import paths, trace
+from toolchain.engine import paths
+from toolchain.engine.run import trace
 
 POLL = 0.05   # seconds between attempts while every slot is taken
 

@@ -1,7 +1,7 @@
 """The build as GitHub Actions matrices: chip-independent tasks once per model (phase "models"), chip
 tasks per (model, chip) (phase "chips"); every job runs `doit <its tasks>` against one shared cache.
 
-    python -m toolchain.engine.matrix --phase models|chips [--max-jobs 256] [name=value ...]
+    python -m toolchain.matrix --phase models|chips [--max-jobs 256] [name=value ...]
 
 prints {"include": [{"name": ..., "units": ..., "tasks": ...}, ...]}. A matrix holds at most
 --max-jobs jobs (GitHub's limit is 256 per matrix): above it, units sorted by (model, chip) are cut into
@@ -66,7 +66,7 @@ def jobs(groups: dict[str, list[str]], max_jobs: int = GITHUB_LIMIT) -> list[dic
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m toolchain.engine.matrix", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m toolchain.matrix", description=__doc__.split("\n")[0])
     parser.add_argument("--phase", choices=("models", "chips"), required=True)
     parser.add_argument("--max-jobs", type=int, default=GITHUB_LIMIT)
     parser.add_argument("--dodo", default="dodo.py")
