@@ -1,6 +1,6 @@
 """The multi-QAIRT regression matrix: one model built for every QAIRT family on one chip, each verified on its own
 family's simulator, and one table of what changed (binary size, compile s, simulator s per call, tensor error,
-cosine, the model's own metric), with a flag on a family worse than the best (toolchain/stages/families.py, the
+cosine, the model's own metric), with a flag on a family worse than the best (toolchain/stages/report/families.py, the
 same rows the build report shows).
 
     python bench/qairt_matrix.py --model whisper-tiny.en --chip SM8750     # run alone: it times things

@@ -5,7 +5,7 @@ The network is our own plain torch module (`Vad16k`) that loads the weights of t
 (`_model`, the 16 kHz branch); the TorchScript itself is the PyTorch reference the tests hold it to. The host
 keeps the stream: it prepends the previous call's last 64 samples (zeros at the start), as silero's own ONNX
 wrapper does, and feeds `stateN` back as `state`. The build itself cuts the stream into calls and feeds
-`stateN` back (models/silero-vad.toml: graphs.vad.state and .stream; toolchain/stages/stream.py); this module
+`stateN` back (models/silero-vad.toml: graphs.vad.state and .stream; toolchain/shared/stream.py); this module
 gives each clip's whole audio (`stream`) and judges the loop's probabilities (`evaluate_stream`, `agree`). The
 segmenter (probabilities -> speech segments) is ours, with silero's documented default parameters."""
 import os

@@ -212,3 +212,25 @@ def test_the_engine_is_three_rooms_and_a_few_modules():
                     or (p / "__init__.py").is_file())
     assert {"run", "state", "cache"} <= set(direct)
     assert len(direct) <= 10, direct
+
+
+def _task_functions(tasks) -> list:
+    """The plain functions behind a stage's tasks: a partial's (a tier), both of a stage two compilers declare."""
+    import functools
+    if isinstance(tasks, functools.partial):
+        inner = [a for a in tasks.args if callable(a)]
+        return [f for part in inner for f in _task_functions(part)] if inner else _task_functions(tasks.func)
+    return [tasks]
+
+
+def test_every_stage_module_bears_its_stages_name():
+    """A stage's tasks() lives in a module of the stage's name (a full tier in its stage's: verify_full in
+    verify.py); a module of stages/ is a stage, and the report's helpers live in the report's own folder."""
+    from toolchain import pipeline
+    wrong = [f"{stage.name}: {f.__module__}" for stage in pipeline.STAGES for f in _task_functions(stage.tasks)
+             if f.__module__.rsplit(".", 1)[-1] != stage.name.removesuffix("_full")]
+    assert wrong == []
+    names = {stage.name for stage in pipeline.STAGES}
+    loose = [p.name for p in (ROOT / "toolchain/stages").iterdir()
+             if p.name != "__init__.py" and not p.name.startswith("__") and p.stem not in names]
+    assert loose == []

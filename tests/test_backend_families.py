@@ -18,8 +18,8 @@ from conftest import ROOT
 
 from toolchain import options
 from toolchain import project as project_mod
-from toolchain.backends.ort_qnn import families, familyrun
-from toolchain.deploy import selector
+from toolchain.backends.ort_qnn import families, familyrun, qairt_env
+from toolchain.deploy import chip_index
 from toolchain.errors import StageFailed
 from toolchain.qnn import compat
 
@@ -133,7 +133,7 @@ def test_an_unreachable_registry_is_one_line(tmp_path, monkeypatch):
                        "PIP_FIND_LINKS": "", "PIP_RETRIES": "0", "PIP_TIMEOUT": "2"}.items():
         monkeypatch.setenv(key, value)
     with pytest.raises(StageFailed) as err:
-        families.make_env(OLDER, str(tmp_path / "env"), str(tmp_path / "env" / "env.json"))
+        qairt_env.make_env(OLDER, str(tmp_path / "env"), str(tmp_path / "env" / "env.json"))
     text = str(err.value)
     assert text.startswith(f"QAIRT {OLDER}: pip could not install onnxruntime-qnn==2.6.0") and "registry" in text
     assert "\n" not in text and not (tmp_path / "env" / "env.json").exists()
@@ -249,8 +249,8 @@ def test_the_chip_selector_refuses_a_binary_newer_than_the_apps_runtime(two):
     index = str(p.root / "build/chip-index.json")
     entry = json.loads(open(index).read())["models"]["tiny"]["SM8750"]
     assert entry["qnn_runtime"]["qairt_family"] == "2.51" and list(entry["other_qairt"]) == [OLDER]
-    assert "2.51 build" in selector.select("SM8750", True, index, runtime_qairt="2.51.0").reason
-    older = selector.select("SM8750", True, index, runtime_qairt=f"{OLDER}.40")
+    assert "2.51 build" in chip_index.select("SM8750", True, index, runtime_qairt="2.51.0").reason
+    older = chip_index.select("SM8750", True, index, runtime_qairt=f"{OLDER}.40")
     assert older.npu and f"QAIRT {OLDER} build" in older.reason and f"qairt{OLDER}" in older.bundle
-    refused = selector.select("SM8750", True, index, runtime_qairt="2.49.40")
+    refused = chip_index.select("SM8750", True, index, runtime_qairt="2.49.40")
     assert not refused.npu and re.search(rf"would refuse .* needs a runtime of QAIRT >= {OLDER}", refused.reason)

@@ -11,7 +11,7 @@ import sdk_standin as standin
 from conftest import ONE_CHIP, Project
 
 from toolchain.backends.ort_qnn import ep as ort_qnn
-from toolchain.deploy import bundle, runtime_libs, selector, sherpa, tarball
+from toolchain.deploy import bundle, chip_index, runtime, sherpa_contract, tarball
 from toolchain.engine.files import sha256
 from toolchain.errors import StageFailed
 from toolchain.shared import modeldata
@@ -109,15 +109,15 @@ def sherpa_whisper(p: str, layers: int) -> dict:
 
 
 def test_sherpa_whisper_contract_names_every_difference_of_our_whisper_graphs():
-    family, found = sherpa.problems("whisper-tiny.en", WHISPER, tokens=False)
+    family, found = sherpa_contract.problems("whisper-tiny.en", WHISPER, tokens=False)
     text = "\n".join(found)
     assert family == "whisper"
     for expected in ("does not end in '_mel'", "(1, frames, n_mels)", "1+4L+2 = 19 for L=4", "updated in the graph",
                      "this_self_k_0", "no tokens.txt"):
         assert expected in text, expected
     assert not [f for f in found if "QNNExecutionProvider" in f or "graph name" in f]   # the runtime does not check it
-    assert sherpa.problems("whisper-tiny.en", sherpa_whisper("tiny_en", 4), tokens=True) == ("whisper", [])
-    _, bad = sherpa.problems("w", sherpa_whisper("medium_aishell", 4), tokens=True)
+    assert sherpa_contract.problems("whisper-tiny.en", sherpa_whisper("tiny_en", 4), tokens=True) == ("whisper", [])
+    _, bad = sherpa_contract.problems("w", sherpa_whisper("medium_aishell", 4), tokens=True)
     assert len(bad) == 1 and "names no Whisper model type" in bad[0]
 
 
@@ -159,28 +159,28 @@ def test_a_sherpa_bundle_ships_only_when_the_binaries_meet_the_contract(bundled,
 
 def test_selector_never_assumes(bundled, tmp_path):
     index = bundled.root / "build/chip-index.json"
-    pick = selector.select("SM8750\n", True, str(index))
+    pick = chip_index.select("SM8750\n", True, str(index))
     assert pick.npu and pick.bundle.endswith("onnxruntime-qnn-SM8750-tiny.tar.bz2") and pick.chip == "SM8750"
     assert pick.sha256 == sha256(bundled.root / ORT)
     cases = {("SM8650", True): "matches no chip built for tiny", ("sm8750", True): "matches no chip",
              ("MT6989", True): "matches no chip", ("", True): "matches no chip",
              ("SM8750", False): "did not load"}
     for (soc, loaded), why in cases.items():
-        pick = selector.select(soc, loaded, str(index))
-        assert pick.bundle == selector.CPU and why in pick.reason, (soc, pick)
-    assert "no sherpa-onnx bundle" in selector.select("SM8750", True, str(index), kind="sherpa-onnx").reason
-    assert "not in the index" in selector.select("SM8750", True, str(index), model_name="whisper").reason
+        pick = chip_index.select(soc, loaded, str(index))
+        assert pick.bundle == chip_index.CPU and why in pick.reason, (soc, pick)
+    assert "no sherpa-onnx bundle" in chip_index.select("SM8750", True, str(index), kind="sherpa-onnx").reason
+    assert "not in the index" in chip_index.select("SM8750", True, str(index), model_name="whisper").reason
     copy = tmp_path / "build"
     shutil.copytree(bundled.root / "build", copy, ignore=shutil.ignore_patterns("*.onnx", "*.bin", ".doit*"))
-    assert selector.select("SM8750", True, str(copy / "chip-index.json")).npu   # relative paths travel
+    assert chip_index.select("SM8750", True, str(copy / "chip-index.json")).npu   # relative paths travel
     with open(copy / ORT.removeprefix("build/"), "ab") as f:
         f.write(b"\0")
-    assert "sha256" in selector.select("SM8750", True, str(copy / "chip-index.json")).reason
+    assert "sha256" in chip_index.select("SM8750", True, str(copy / "chip-index.json")).reason
     (copy / ORT.removeprefix("build/")).unlink()
-    assert "missing" in selector.select("SM8750", True, str(copy / "chip-index.json")).reason
+    assert "missing" in chip_index.select("SM8750", True, str(copy / "chip-index.json")).reason
     two = json.loads(index.read_text())
     two["models"]["other"] = two["models"]["tiny"]
-    assert "holds 2 models" in selector.select("SM8750", True, two, root=str(bundled.root / "build")).reason
+    assert "holds 2 models" in chip_index.select("SM8750", True, two, root=str(bundled.root / "build")).reason
 
 
 def test_runtime_libraries_from_an_sdk_with_versions_and_a_family_check(tmp_path):
@@ -190,12 +190,12 @@ def test_runtime_libraries_from_an_sdk_with_versions_and_a_family_check(tmp_path
     (root / "LICENSE.pdf").write_bytes(b"%PDF terms")
     sdk = {"root": str(root), "build_id": "v2.51.0.260929181845", "build_id_source": "test"}
     chip = {"name": "SM8750", "htp_arch": 79, "soc_model": 69, "vtcm_mb": 8, "fp16": True}
-    rec = runtime_libs.record("qairt", chip, sdk, sdk["build_id"])
+    rec = runtime.record("qairt", chip, sdk, sdk["build_id"])
     assert rec["available"] is True and rec["family"] == "2.51"
     assert [lib["name"] for lib in rec["libraries"]] == ["libQnnHtp.so", "libQnnSystem.so", "libQnnHtpV79Stub.so",
                                                          "libQnnHtpV79Skel.so"]
     assert rec["libraries"][0]["version"] == "v2.51.0.260929181845" and rec["libraries"][0]["sha256"]
     assert rec["license"]["reference"][0]["file"].endswith("LICENSE.pdf")
     (root / "lib/aarch64-android/libQnnSystem.so").write_bytes(b"v2.40.0.251030")
-    rec = runtime_libs.record("qairt", chip, sdk, sdk["build_id"])
+    rec = runtime.record("qairt", chip, sdk, sdk["build_id"])
     assert rec["available"] is False and rec["version_mismatch"] == ["libQnnSystem.so"]

@@ -1,5 +1,5 @@
 """models/silero_vad_npu.py (Silero VAD 6.2.3, 16 kHz): our plain module against the package's TorchScript, the
-build's own chunk loop (toolchain/stages/stream.py, as the spec declares it) against silero's own stateful
+build's own chunk loop (toolchain/shared/stream.py, as the spec declares it) against silero's own stateful
 wrapper, the segmenter and agree(). No simulator."""
 import copy
 import hashlib
@@ -13,9 +13,9 @@ from conftest import ROOT
 
 from toolchain import spec as specs
 from toolchain.engine.run.worker import load_module
+from toolchain.shared import stream as streams
 from toolchain.shared.iorecord import io_record
 from toolchain.spec import chips
-from toolchain.stages import stream as streams
 
 SPEC = ROOT / "models/silero-vad.toml"
 DATA = str(ROOT / "models/data/speech-en")

@@ -1,4 +1,4 @@
-"""The report (toolchain/stages/report.py, report_html.py): each check's margin to its limit and the cost per chip,
+"""The report (stages/report/: __init__.py, page.py): each check's margin to its limit and the cost per chip,
 from a synthetic record holding every kind of check verify writes (per output, per stream output, judged by the
 metric, a record from before per-output checks), and a real build's page rendered in headless Chromium."""
 from __future__ import annotations
@@ -16,7 +16,8 @@ import pytest
 from PIL import Image
 
 from toolchain.shared import measures
-from toolchain.stages import report, report_html
+from toolchain.stages import report
+from toolchain.stages.report import page as report_html
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

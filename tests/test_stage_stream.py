@@ -1,4 +1,4 @@
-"""Streaming and state (toolchain/stages/stream.py): the streaming transducer family (encoder / decoder / joiner, like
+"""Streaming and state (toolchain/shared/stream.py): the streaming transducer family (encoder / decoder / joiner, like
 Zipformer2 as sherpa-onnx builds it for QNN) through the external-export path. No real transducer weights install
 offline, so the model is the seeded fixture in tests/fixtures/streaming/; it is copied into a temp project and built
 by the real pipeline: export by command -> simplify -> inspect -> parity -> compile for two chips -> verify (several
@@ -13,10 +13,9 @@ from conftest import FIXTURES, Project
 
 from toolchain import spec
 from toolchain.engine.run.worker import load_module
-from toolchain.shared import measures
+from toolchain.shared import measures, stream
 from toolchain.shared.iorecord import io_record
 from toolchain.spec import chips
-from toolchain.stages import stream
 
 FIXTURE = FIXTURES / "streaming"
 CHIPS = ("SM8550", "SM8750")
@@ -83,7 +82,7 @@ def test_streaming_with_states_fed_back_equals_the_whole_utterance(streaming):
 
 
 def _loop(streaming, run, sample):
-    """The build's own chunk loop (toolchain/stages/stream.py) over one utterance, as the spec declares it."""
+    """The build's own chunk loop (toolchain/shared/stream.py) over one utterance, as the spec declares it."""
     g = spec.load(FIXTURE / "streaming.toml", chips.load()).graph("encoder")
     io = io_record(g)
     pieces = stream.pieces(streaming, sample, dict(g.stream), io, "streaming.py")

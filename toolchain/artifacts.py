@@ -267,7 +267,7 @@ def sherpa_bundle(model, chip) -> str:
 
 
 def sherpa_run(model, chip, tier: str = "default") -> str:
-    """The sherpa-onnx host loop's record over the unpacked bundle (sherpa_run.py)."""
+    """The sherpa-onnx host loop's record over the unpacked bundle (deploy/sherpa.py)."""
     return f"{chip_dir(model, chip)}/sherpa-run{'' if tier == 'default' else '-' + tier}.json"
 
 

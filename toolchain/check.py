@@ -234,7 +234,7 @@ def told(root: Path, model, chip, run: Run, compiled: bool) -> list[str]:
         applied = rewritten["applied"]
         lines += [f"rewrite {a['rewrite']!r} on {len(a['nodes'])} node(s): {_some(a['nodes'])}" for a in applied] \
             or ['rewrite "auto": no rule needed']
-        if run.results.get(f"rewrite:{model.name}") == "success":
+        if run.results.get(f"rewrite_check:{model.name}") == "success":
             lines.append("rewrites proven on the CPU: the rewritten graph computes what the given one does")
     converted = record(artifacts.stage_record(model, graph, "convert"))
     if converted and converted.get("status") == "failed":

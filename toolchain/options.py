@@ -10,7 +10,7 @@ import sys
 from collections.abc import Mapping
 
 from toolchain import backends, pipeline
-from toolchain.deploy import selector
+from toolchain.deploy import chip_index
 from toolchain.engine import cache
 from toolchain.engine.cache import sign
 from toolchain.engine.options import (
@@ -101,7 +101,7 @@ TABLE: tuple[Option, ...] = (
            env="QNN_SDK_ROOT", examples=("/opt/qairt-a", "/opt/qairt-b")),
     Option("qairt_python", text, "python3.10", "the Python the QAIRT converter runs with", env="QAIRT_PYTHON",
            variable=False, examples=("/usr/bin/python3", "python3.12")),
-    Option("kind", choice(*selector.KINDS), "onnxruntime", "device: which bundle to run",
+    Option("kind", choice(*chip_index.KINDS), "onnxruntime", "device: which bundle to run",
            examples=("onnxruntime", "sherpa-onnx")),
     Option("ort_perf", text, None, "device: an onnxruntime_perf_test built for the phone, run instead of qnn-net-run",
            examples=("/opt/ort_perf_a", "/opt/ort_perf_b")),

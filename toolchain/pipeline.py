@@ -10,7 +10,7 @@ import types
 from inspect import Signature, isfunction, signature
 
 from toolchain import artifacts, backends
-from toolchain.deploy import bundle, runtime_libs, selector, sherpa_run
+from toolchain.deploy import bundle, chip_index, runtime, sherpa
 from toolchain.engine import cache
 from toolchain.engine.cache import sign
 from toolchain.engine.options import OptionError
@@ -30,7 +30,7 @@ from toolchain.stages import (
     manifest,
     parity,
     report,
-    rewrite,
+    rewrite_check,
     simplify,
     verify,
 )
@@ -75,8 +75,8 @@ STAGES = (
     Stage("parity", parity.tasks, "ONNX on CPU vs the model's reference on real inputs: per call for each group "
           "of graphs judged together (gates their compiles), then the model's own measures.", "model",
           output_kind=RESULT),
-    Stage("rewrite", rewrite.tasks, "Rewritten graphs vs unrewritten on the CPU, per model that declares rewrites.",
-          "model", output_kind=RESULT),
+    Stage("rewrite_check", rewrite_check.tasks, "Rewritten graphs vs unrewritten on the CPU, per model that "
+          "declares rewrites.", "model", output_kind=RESULT),
     Stage("calibrate", calibrate.tasks, "Real calibration inputs (raw files + input list), per w8a16 graph.", "graph"),
     *COMPILERS,   # each compiler's own stages: graph -> context binary per chip, read back
     Stage("verify", functools.partial(verify.tasks, tier="default"),
@@ -91,19 +91,19 @@ STAGES = (
           output_kind=RESULT),
     Stage("manifest", manifest.tasks, "JSON record next to each chip's binaries, per model and chip.", "model@chip",
           output_kind=RESULT),
-    Stage("runtime", runtime_libs.tasks, "QNN runtime libraries an app ships (names, versions, license terms), "
+    Stage("runtime", runtime.tasks, "QNN runtime libraries an app ships (names, versions, license terms), "
           "per toolchain and chip.", "toolchain@chip", default=False),
     Stage("bundle", bundle.tasks, "Phone bundles (.tar.bz2: onnxruntime EPContext; sherpa-onnx where its contract "
           "holds), per model and chip.", "model@chip", default=False, output_kind=RESULT),
-    Stage("sherpa", functools.partial(sherpa_run.tasks, tier="default"),
+    Stage("sherpa", functools.partial(sherpa.tasks, tier="default"),
           "sherpa-onnx's Whisper loop on the unpacked sherpa bundle via the QNN C API, default tier, "
           "per model and chip.",
           "model@chip", threads=2, pool=SIMULATOR, output_kind=RESULT),
-    Stage("sherpa_full", functools.partial(sherpa_run.tasks, tier="full"),
+    Stage("sherpa_full", functools.partial(sherpa.tasks, tier="full"),
           "sherpa-onnx's Whisper loop on every clip of the bundle (WER), per model and chip; opt-in.", "model@chip",
           threads=2, pool=SIMULATOR, output_kind=RESULT),
     Stage("report", report.tasks, "Summary table of the whole build.", "build", output_kind=RESULT),
-    Stage("chip_index", selector.tasks, "build/chip-index.json: chip -> soc id -> arch -> bundle -> sha256, for the "
+    Stage("chip_index", chip_index.tasks, "build/chip-index.json: chip -> soc id -> arch -> bundle -> sha256, for the "
           "app's NPU-or-CPU choice.", "build", default=False, output_kind=RESULT),
     Stage("device", device.tasks, "Attached phone (opt-in): "
           "choose by ro.soc.model, push, run, compare, measure; per model.", "phone", default=False,

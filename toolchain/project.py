@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from toolchain import backends, spec
-from toolchain.deploy import sherpa_run
+from toolchain.deploy import sherpa
 from toolchain.engine.options import Options
 from toolchain.errors import SpecError
 from toolchain.rewrites import library as rewrites
@@ -41,7 +41,7 @@ def load(models_dir: str | Path, options: Options) -> Project:
         modelcode.check(model)   # the model file against the model-code protocol: no typo, no hook missing
     models, compilers = with_compilers(models, chips, options)
     return Project(models=models, chips=chips, compilers=compilers, full_chips=wanted,
-                   gated=frozenset(m.name for m in models if sherpa_run.wanted(m, compilers[m.toolchain])),
+                   gated=frozenset(m.name for m in models if sherpa.wanted(m, compilers[m.toolchain])),
                    options=options)
 
 

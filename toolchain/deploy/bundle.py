@@ -10,7 +10,7 @@ from typing import Any
 from doit.tools import config_changed
 
 from toolchain import artifacts
-from toolchain.deploy import sherpa, tarball
+from toolchain.deploy import sherpa_contract, tarball
 from toolchain.engine.files import read_json, sha256, write_json
 from toolchain.engine.run.worker import load_module, run
 from toolchain.errors import StageFailed
@@ -30,7 +30,7 @@ def plan(model: Model, compiler: Compiler) -> dict:
     """What can ship, decided from the spec (so targets are known before anything runs)."""
     tokens = modeldata.defines(model.module_file, "write_tokens")   # models/<m>.py may write a tokens.txt
     graphs = {g.name: compiler.runtime_view(g) for g in model.graphs}
-    family, reasons = sherpa.problems(model.name, graphs, tokens)
+    family, reasons = sherpa_contract.problems(model.name, graphs, tokens)
     ort = None if compiler.emits_context_model else (
         f"{model.toolchain}-built context binaries come without an EPContext ONNX model; wrapping them "
         "(onnxruntime's gen_qnn_ctx_onnx_model.py) is not done here, since no real QAIRT binary could be tested")
@@ -125,7 +125,7 @@ def build(model, chip, toolchain, graphs, manifest, runtime, module_file, data_d
         if found:   # the spec said yes, the binaries say no: a bundle that fails to load must not ship
             raise StageFailed(f"{model}@{chip['name']}: the binaries break sherpa-onnx's {family} contract: "
                               + "; ".join(found))
-        order = sherpa.ORDER[family]
+        order = sherpa_contract.ORDER[family]
         members = {**common, "info.txt": _info(man, list(order), sherpa_apps=True).encode(),
                    "README.md": sherpa_readme(order, man["sdk"]["build_id"]).encode(),
                    "manifest.json": manifest, **{f"{g}.bin": graphs[g]["binary"] for g in order},
@@ -142,7 +142,8 @@ def build(model, chip, toolchain, graphs, manifest, runtime, module_file, data_d
 
 def sherpa_problems(model_name: str, infos: dict, tokens: bool) -> tuple:
     """The contract checked on the binaries' own read-back: binary-info v3, names, shapes, dtypes."""
-    family, found = sherpa.problems(model_name, {g: sherpa.binary_view(i) for g, i in infos.items()}, tokens)
+    views = {g: sherpa_contract.binary_view(i) for g, i in infos.items()}
+    family, found = sherpa_contract.problems(model_name, views, tokens)
     found += [f"{g}: binary-info version {i.get('infoVersion')}, the runtime takes 3" for g, i in infos.items()
               if i.get("infoVersion", 3) != 3]
     return family, found

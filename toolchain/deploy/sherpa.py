@@ -1,119 +1,100 @@
-"""sherpa-onnx's QNN runtime contract (docs/phone.md; k2-fsa/sherpa-onnx sherpa-onnx/csrc/qnn/): which family a
-model's binaries fit, or why not.
-
-Checked on the names, shapes and dtypes the runtime sees in the binary. Not checked because the runtime
-does not check them either: the QNN graph name (it retrieves the first graph under whatever name the
-binary-info reports: sherpa-onnx/csrc/qnn/qnn-model.cc), so the EP's `QNNExecutionProvider_…` is no bar."""
+"""The runtime's loop as the gate: per (model, chip), unpack the sherpa-onnx bundle and transcribe its
+test_wavs/ with sherpa-onnx's QNN Whisper host loop (sherpa_whisper.py) driving the bundle's own
+encoder.bin / decoder.bin through the QNN C API (qnnrun.py: libQnnHtp, here the x86 HTP simulator, and
+libQnnSystem), against the same loop on the CPU float ONNX. Tiers as verify: "default" on the spec's
+[verify] clips, every chip; "full" on every clip of the bundle (WER), opt-in chips."""
 from __future__ import annotations
 
-QNN_DTYPES = ("float32", "float16", "ufixed16", "int32")   # anything else is rejected at load
-WHISPER_TYPES = ("tiny", "tiny.en", "base", "base.en", "small", "small.en", "medium", "medium.en", "large")
-# Component order in QnnConfig.contextBinary, per family, as sherpa-onnx's QNN runtime reads it.
-ORDER = {"whisper": ("encoder", "decoder"), "moonshine": ("encoder", "decoder"),
-         "zipformer-ctc": ("model",), "sense-voice": ("model",)}
+import tempfile
+
+from doit.tools import config_changed
+
+from toolchain import artifacts
+from toolchain.deploy import bundle, sherpa_whisper, tarball
+from toolchain.engine.files import write_json
+from toolchain.engine.run.worker import load_module, run
+from toolchain.errors import StageFailed
+from toolchain.qnn import qnnrun
+from toolchain.shared import modeldata
+from toolchain.shared.iorecord import io_record
+from toolchain.spec.records import Model
+from toolchain.stages import Compiler, Project
+
+STAGES = {"default": "sherpa", "full": "sherpa_full"}
 
 
-def binary_view(info: dict) -> dict:
-    """The same view from a binary's read-back (compile record 'info')."""
-    g = info["graphs"][0]
-    return {kind: [[t["name"], list(t["shape"]), t["dtype"]] for t in g[kind]] for kind in ("inputs", "outputs")}
+def wanted(model: Model, compiler: Compiler) -> bool:
+    """Models whose sherpa-onnx bundle is Whisper's (the one family whose host loop is ported)."""
+    p = bundle.plan(model, compiler)
+    return not p["sherpa_reasons"] and p["family"] == "whisper"
 
 
-def family(model_name: str, graphs: dict) -> str | None:
-    """The sherpa-onnx family a model's components name, or None."""
-    names = tuple(graphs)
-    if set(names) == {"encoder", "decoder"}:
-        mel = any(t[0].endswith("_mel") for t in graphs["encoder"]["inputs"])
-        return "whisper" if mel or "whisper" in model_name else "moonshine"
-    if names == ("model",):
-        return "sense-voice" if [t[0] for t in graphs["model"]["inputs"]] == ["x", "prompt"] else "zipformer-ctc"
-    return None
+def tasks(project: Project, tier: str):
+    for model, chip in project.model_chips():
+        if not project.runtime_gate(model) or (tier == "full" and not project.wants_full_tier(model, chip)):
+            continue
+        if getattr(chip, "family", ""):   # the host loop loads the build's own QNN libraries in the step's process;
+            continue                      # another family's binaries are gated by their own simulator (verify)
+        settings = model.verify
+        checks = {"tier": tier, "clips": [] if tier == "full" else list(settings["clips"]),
+                  "metric": dict(model.metric)}
+        onnx = {g.name: artifacts.simplified(model, g) for g in model.graphs}
+        out, log = artifacts.sherpa_run(model, chip, tier), artifacts.sherpa_run_log(model, chip, tier)
+        # The runtime libraries of the SDK that built the binaries (same family for build and runtime):
+        # the wheel's for the embedded compiler, the SDK's x86_64 ones for QAIRT-built binaries.
+        compiler = project.compiler(model)
+        libs = compiler.host_libraries()
+        kwargs = {"bundle": artifacts.sherpa_bundle(model, chip), "module_file": model.module_file, "onnx": onnx,
+                  "io": {g.name: io_record(g) for g in model.graphs}, "checks": checks, "libs": libs, "out": out}
+        what = "all test_wavs, WER" if tier == "full" else f"clips {', '.join(checks['clips'])}"
+        yield {"name": f"{model.name}@{chip.name}",
+               "doc": f"{model.name} on {chip.name}: sherpa-onnx's Whisper loop on the unpacked bundle through "
+                      f"the QNN C API (HTP simulator) vs CPU ONNX, {tier} tier ({what})",
+               "file_dep": [kwargs["bundle"], *model.code_files, *onnx.values(), *compiler.tool_files()],
+               "targets": [out, log], "clean": True,
+               "actions": [(run, (check, kwargs, log))],
+               "uptodate": [config_changed({"checks": checks, "tool": compiler.identity()})]}
 
 
-def problems(model_name: str, graphs: dict, tokens: bool) -> tuple[str | None, list[str]]:
-    """(family, reasons the sherpa-onnx runtime would refuse these binaries); no reasons = loadable."""
-    fam = family(model_name, graphs)
-    if fam is None:
-        return None, [f"graphs ({', '.join(graphs)}) match no sherpa-onnx QNN family checked here (whisper and "
-                      f"moonshine: encoder, decoder; zipformer-CTC, parakeet-CTC, SenseVoice: model); "
-                      f"transducer and Paraformer contracts are not implemented in toolchain/deploy/sherpa.py"]
-    found = [f"{g}.{kind[:-1]} {t[0]}: dtype {t[2]} (the runtime takes {', '.join(QNN_DTYPES)})"
-             for g, io in graphs.items() for kind in ("inputs", "outputs") for t in io[kind] if t[2] not in QNN_DTYPES]
-    if not tokens:
-        found.append("no tokens.txt: the model module has no write_tokens(path) (sherpa-onnx needs the vocabulary)")
-    if fam in ("whisper", "moonshine"):
-        found += _encoder_decoder(fam, graphs["encoder"], graphs["decoder"])
-    elif fam == "sense-voice":
-        found += _single(graphs["model"], ["x", "prompt"], "logits", {"x": 3, "prompt": 1})
-    else:
-        found += _single(graphs["model"], ["x"], "log_probs", {"x": 3})
-    return fam, found
+def check(bundle: str, module_file: str, onnx: dict, io: dict, checks: dict, out: str, libs: dict | None = None):
+    module = load_module(module_file)
+    with tempfile.TemporaryDirectory() as tmp:
+        top = tarball.extract(bundle, tmp)   # as an app gets it: the bundle's own files, nothing else
+        clips = module.samples(str(top / "test_wavs"))
+        if checks["clips"]:
+            clips = [c for c in clips if c[0] in checks["clips"]]
+            missing = set(checks["clips"]) - {c[0] for c in clips}
+            if missing:
+                raise StageFailed(f"{bundle}: test_wavs/ has no clip(s) {sorted(missing)}")
+        table = sherpa_whisper.read_tokens(str(top / "tokens.txt"))
+        cpu = {g: modeldata.cpu(p) for g, p in onnx.items()}
+        with qnnrun.QnnModel(str(top / "encoder.bin"), **(libs or {})) as enc, \
+                qnnrun.QnnModel(str(top / "decoder.bin"), **(libs or {})) as dec:
+            try:
+                sherpa_whisper.Contract(enc, dec)   # what the runtime checks at load time
+            except sherpa_whisper.ContractError as err:
+                raise StageFailed(f"{bundle}: sherpa-onnx would refuse these binaries: {err}") from None
+            ref = module.transcribe(*module.graphs(lambda g, f: cpu[g](f), io), clips, table)
+            got = module.transcribe(enc, dec, clips, table)
+            cost = {"encoder_io_bytes": enc.buffer_bytes, "decoder_io_bytes_per_call": dec.buffer_bytes,
+                    "binary_bytes": {"encoder": (top / "encoder.bin").stat().st_size,
+                                     "decoder": (top / "decoder.bin").stat().st_size}}
+    record, failures = module.agree(ref, got, {**checks["metric"], "tier": checks["tier"]})
+    calls = sum(t["decoder_calls"] for t in got["timings"].values())
+    cost.update({"sim_seconds_per_encoder_call": _mean(t["encoder_seconds"] for t in got["timings"].values()),
+                 "sim_seconds_per_decoder_call": round(sum(t["decoder_seconds"] for t in got["timings"].values())
+                                                       / max(calls, 1), 3),
+                 "decoder_calls": calls})
+    record = {"tier": checks["tier"], "bundle": bundle, "runtime": "sherpa-onnx QNN Whisper host loop (Python port) "
+              "over the QNN C API", "task": record, "cost": cost,
+              "tokens": {c: v["tokens"] for c, v in got["clips"].items()}}
+    print(record)
+    if failures:
+        raise StageFailed(f"{bundle}: the runtime loop on the binaries vs on the CPU ONNX: " + "; ".join(failures))
+    write_json(out, record)
 
 
-def _single(io: dict, inputs: list[str], output: str, ranks: dict) -> list[str]:
-    found = []
-    names = [t[0] for t in io["inputs"]]
-    if names != inputs:
-        found.append(f"model inputs {names}, the runtime wants exactly {inputs} (§4.4)")
-    for name, shape, _ in io["inputs"]:
-        if name in ranks and (len(shape) != ranks[name] or (ranks[name] == 3 and shape[0] != 1)):
-            found.append(f"model input {name} {shape}: the runtime wants {ranks[name]}-D (batch 1 first)")
-    if [t[0] for t in io["outputs"]] != [output]:
-        found.append(f"model outputs {[t[0] for t in io['outputs']]}, the runtime wants ['{output}']")
-    return found
+def _mean(values) -> float:
+    values = list(values)
+    return round(sum(values) / max(len(values), 1), 3)
 
-
-def _encoder_decoder(fam: str, enc: dict, dec: dict) -> list[str]:
-    """Whisper (prefixed '<p>_') and Moonshine (no prefix): per-layer cross K/V, 1+4L+2 decoder inputs, the
-    caller writing each new token's K/V at `offset` (no in-graph cache update, as sherpa-onnx exports Whisper)."""
-    found, prefix = [], ""
-    first = enc["inputs"][0][0] if enc["inputs"] else ""
-    if fam == "whisper":
-        if not first.endswith("_mel"):
-            found.append(f"encoder input '{first}' does not end in '_mel': the runtime parses the model prefix <p> "
-                         f"from '<p>_mel' (e.g. 'tiny_en_mel') and exits otherwise")
-            prefix = "<p>_"
-        else:
-            prefix = first[:-len("_mel")] + "_"
-            kind = prefix[:-1].removeprefix("distil_").replace("_", ".", 1)
-            if kind not in WHISPER_TYPES and not kind.startswith("large"):
-                found.append(f"prefix '{prefix[:-1]}' names no Whisper model type the runtime knows "
-                             f"({', '.join(WHISPER_TYPES)})")
-        shape = enc["inputs"][0][1] if enc["inputs"] else []
-        if len(shape) != 3 or shape[0] != 1 or shape[2] not in (80, 128):
-            found.append(f"encoder input {first} {shape}: the runtime reads it as (1, frames, n_mels) with 80 or 128 "
-                         f"mel bins (the layout the QAIRT converter gives an ONNX (1, n_mels, frames) input)")
-    elif first != "audio":
-        found.append(f"encoder input '{first}': Moonshine's runtime wants 'audio'")
-    outs = [t[0] for t in enc["outputs"]]
-    layers = len(outs) // 2
-    want = [f"cross_{kv}_{i}" for i in range(layers) for kv in "kv"]
-    if sorted(outs) != sorted(want) or not layers:
-        found.append(f"encoder outputs {outs}: the runtime wants unprefixed per-layer cross_k_<i>, cross_v_<i> "
-                     f"(2 per decoder layer), each (1, frames, state)")
-    stacked = [s for _, s, _ in enc["outputs"] if len(s) == 4]
-    if stacked:   # [L, 1, frames, state]: all layers in one tensor, where the runtime wants one per layer
-        layers = stacked[0][0]
-        found.append(f"encoder outputs stack {layers} layers in one 4-D tensor {stacked[0]}: the runtime wants one "
-                     f"3-D (1, frames, state) tensor per layer")
-    layers = max(layers, 1)
-    want_in = ([f"{prefix}tokens"] + [f"{prefix}{kind}_{kv}_{i}" for i in range(layers) for kind in ("self", "cross")
-                                      for kv in "kv"] + [f"{prefix}offset", f"{prefix}mask"])
-    got_in = [t[0] for t in dec["inputs"]]
-    if len(got_in) != len(want_in) or sorted(got_in) != sorted(want_in):
-        found.append(f"decoder inputs {got_in}: the runtime wants exactly 1+4L+2 = {len(want_in)} for L={layers}: "
-                     f"{', '.join(want_in)}")
-    want_out = [f"{prefix}logits"] + [f"{prefix}this_self_{kv}_{i}" for i in range(layers) for kv in "kv"]
-    got_out = [t[0] for t in dec["outputs"]]
-    if sorted(got_out) != sorted(want_out):
-        found.append(f"decoder outputs {got_out}: the runtime wants {', '.join(want_out)}")
-    in_shapes = {tuple(t[1]) for t in dec["inputs"] if len(t[1]) > 2}
-    updated = [t[0] for t in dec["outputs"] if tuple(t[1]) in in_shapes]
-    if updated:
-        found.append(f"decoder outputs {updated} have a cache input's full shape: the cache is updated in the "
-                     f"graph, while the runtime expects only the new token's K/V and writes it at offset itself")
-    mask = [t for t in dec["inputs"] if t[0] == f"{prefix}mask"]
-    if mask and (len(mask[0][1]) != 1 or mask[0][2] != "int32"):
-        found.append(f"decoder input {prefix}mask {mask[0][1]} {mask[0][2]}: the runtime wants 1-D int32 "
-                     f"(length = context)")
-    return found

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from toolchain import artifacts
-from toolchain.deploy import selector
-from toolchain.deploy.runtime_libs import family
+from toolchain.deploy import chip_index
+from toolchain.deploy.runtime import family
 from toolchain.engine.files import read_json, write_json
 from toolchain.engine.run.worker import load_module
 from toolchain.errors import StageFailed
@@ -60,7 +60,7 @@ def measure(model, module_file, data_dir, clips, max_rel, index, chips, fallback
     clk, clk_source = probe.clock_ticks(phone)
     record = {"serial": serial, "device": probe.device_info(phone), "clk_tck": clk, "clk_tck_source": clk_source,
               "settings": settings, "before": probe.state(phone)}
-    pick = selector.select(record["device"]["soc_model"] or "", True, index, model_name=model, kind=settings["kind"])
+    pick = chip_index.select(record["device"]["soc_model"] or "", True, index, model_name=model, kind=settings["kind"])
     if not pick.npu:
         return _done(record, pick, fallback.replace(SERIAL, serial))
     chip = chips[pick.chip]
@@ -93,7 +93,7 @@ def measure(model, module_file, data_dir, clips, max_rel, index, chips, fallback
             result = _graph(phone, folder, name, g, man["graphs"][name]["io"], feeds[name], cpu[name], Path(tmp),
                             settings, clk, tool)
             if result.get("libraries_loaded") is False:
-                pick = selector.select(record["device"]["soc_model"], False, index, model_name=model,
+                pick = chip_index.select(record["device"]["soc_model"], False, index, model_name=model,
                                        kind=settings["kind"])
                 record["graphs"][name] = result
                 return _done(record, pick, chip["record"].replace(SERIAL, serial))

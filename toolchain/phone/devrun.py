@@ -7,7 +7,7 @@ import shlex
 import time
 from pathlib import Path
 
-from toolchain.deploy.runtime_libs import ADSP_DEFAULTS
+from toolchain.deploy.runtime import ADSP_DEFAULTS
 from toolchain.errors import StageFailed
 from toolchain.phone import probe
 from toolchain.qnn.layout import permutation_or_fail

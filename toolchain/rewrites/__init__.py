@@ -5,4 +5,4 @@ HTP computes wrong are a table (known_wrong.toml, read by known_wrong.py); a spe
 
 Each rule says where it *can* apply (`applies`) and where the HTP *needs* it (`needed`, what "auto" applies and what a
 failing convert points to). Every applied rewrite is checked against the unrewritten graph on the CPU, on the model's
-own data, before any compile (stages/rewrite.py)."""
+own data, before any compile (stages/rewrite_check.py)."""

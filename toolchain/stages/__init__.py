@@ -139,7 +139,7 @@ class Project:
     chips: dict[str, Chip]
     compilers: dict[str, Compiler]   # a loaded model's `toolchain` (resolved: never "auto") -> its compiler
     full_chips: tuple[str, ...]   # full verification tier asked for on the command line
-    gated: frozenset = frozenset()   # models whose deployed runtime's own loop is their full tier (sherpa_run)
+    gated: frozenset = frozenset()   # models whose deployed runtime's own loop is their full tier (deploy/sherpa.py)
     options: Options = Options({})   # this run's settings (toolchain/options.py), resolved once when dodo.py loads
     listed: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)   # data_files(), per folder
 

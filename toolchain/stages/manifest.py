@@ -10,9 +10,10 @@ from toolchain.engine.files import read_json, write_json
 from toolchain.engine.run.worker import in_process
 from toolchain.errors import StageFailed
 from toolchain.qnn import compat
+from toolchain.shared import stream
 from toolchain.spec.table import plain
 from toolchain.spec.windows import by_size
-from toolchain.stages import Project, parity, simplify, stream
+from toolchain.stages import Project, parity, simplify
 
 # What the binary's own config string says about the request (the full string is in *.compile.json).
 CONFIG_KEYS = ("soc_type", "arch", "vtcm_size", "relaxed_precision_flag", "OpO", "hvx_threads")

@@ -14,10 +14,10 @@ from toolchain.engine import versions
 from toolchain.engine.files import read_json, write_json
 from toolchain.engine.run.worker import load_module, run
 from toolchain.errors import StageFailed
-from toolchain.shared import measures, modeldata
+from toolchain.shared import measures, modeldata, stream
 from toolchain.shared.iorecord import io_record
 from toolchain.spec import REFERENCES, windows
-from toolchain.stages import Project, export, stream
+from toolchain.stages import Project, export
 
 
 def tasks(project: Project):
@@ -88,7 +88,7 @@ def gate(model, graph=None) -> list[str]:
     not an input: a rerun that ends the same does not recompile."""
     names = list(groups(model)) if graph is None else [group_of(model, graph)]
     return ([f"parity:{model.name}/{n}" for n in names] * available(model)
-            + [f"rewrite:{model.name}"] * rewritten(model))
+            + [f"rewrite_check:{model.name}"] * rewritten(model))
 
 
 def available(model) -> bool:
@@ -97,7 +97,7 @@ def available(model) -> bool:
 
 
 def rewritten(model) -> bool:
-    """Some graph declares legalizing rewrites (checked against the unrewritten graph: stages/rewrite.py)."""
+    """Some graph declares legalizing rewrites (checked against the unrewritten graph: stages/rewrite_check.py)."""
     return any(g.rewrite for g in model.graphs)
 
 

@@ -20,9 +20,9 @@ from toolchain import artifacts
 from toolchain.engine.files import read_json, sha256, write_json
 from toolchain.engine.run.worker import load_module, run
 from toolchain.errors import StageFailed
-from toolchain.shared import measures, modeldata
+from toolchain.shared import measures, modeldata, stream
 from toolchain.shared.iorecord import io_record
-from toolchain.stages import Project, diagnose, parity, stream
+from toolchain.stages import Project, diagnose, parity
 
 
 class Checks(TypedDict):

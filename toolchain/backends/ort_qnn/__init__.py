@@ -7,7 +7,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from toolchain import artifacts, stages
-from toolchain.backends.ort_qnn import compile, convert, ep, families, familyrun, modellib, oracle, quantize, share
+from toolchain.backends.ort_qnn import (
+    compile,
+    convert,
+    ep,
+    families,
+    familyrun,
+    modellib,
+    oracle,
+    qairt_env,
+    quantize,
+    share,
+)
 from toolchain.engine.options import Options
 from toolchain.errors import SpecError
 from toolchain.shared.iorecord import io_record
@@ -22,8 +33,8 @@ class Compiler(stages.Compiler):
     binary_suffix = "_qnn"   # the EP writes <stem>_qnn.bin beside <stem>.onnx
     emits_context_model = True
     calibration_layout = "onnx"
-    stages = (Stage("qairt_env", families.tasks, "A QAIRT family's own Python environment (onnxruntime-qnn wheel pair, "
-                    "no torch), per family a model builds besides the default; ort-qnn.", "qairt"),
+    stages = (Stage("qairt_env", qairt_env.tasks, "A QAIRT family's own Python environment (onnxruntime-qnn wheel "
+                    "pair, no torch), per family a model builds besides the default; ort-qnn.", "qairt"),
               Stage("quantize", quantize.tasks, "Float ONNX -> w8a16 QDQ ONNX, per w8a16 graph (embedded toolchain).",
                     "graph"),
               Stage("convert", convert.tasks, "ONNX -> QNN graph <graph>.c + weights .bin (the EP's HTP lowering "

@@ -104,7 +104,7 @@ def open_store(settings: Settings) -> Store:
 def tool_id(code: str) -> dict:
     """Build id of what runs a stage: machine, Python, the installed version of every package this project
     requires (its own metadata: the engine names none) and the code of the module `code` with every module of
-    the package it imports (so editing report.py keeps compile's entries). A tool outside Python (an SDK)
+    the package it imports (so editing the report stage keeps compile's entries). A tool outside Python (an SDK)
     is in the settings of the stages that use it."""
     return {"machine": platform.machine(), "python": platform.python_version(),
             "packages": {p: _version(p) for p in requirements()}, "code": code_digest(code)}

@@ -1,5 +1,5 @@
 """Summary of every (model, chip) of the project: printed and written to build/report.md (and, with a chart, to
-build/report.html by report_html.py). It opens with the model x chip grid: pass (its key metric and binary size),
+build/report.html by stages/report/page.py). It opens with the model x chip grid: pass (its key metric and binary size),
 failed (its one-line reason and the file that holds its numbers) or not built; then the tables of the manifests.
 
 The report tells what is true now, failed checks included: the report task cannot run when a check it depends on
@@ -17,7 +17,8 @@ from toolchain.engine import paths
 from toolchain.engine.files import atomic_path, read_json
 from toolchain.engine.run.worker import in_process
 from toolchain.engine.state import failures, outputs
-from toolchain.stages import Project, families, manifest, report_html
+from toolchain.stages import Project, manifest
+from toolchain.stages.report import families, page
 
 COLUMNS = ("model", "chip", "arch", "precision", "binaries MB", "compile s", "parity max abs",
            "parity task", "sim max rel", "sim task (default)", "sim task (full)", "verify s", "SDK")
@@ -128,8 +129,8 @@ def row(m: dict) -> list[str]:
 
 
 def _sim_error(m: dict, verify: dict) -> str:
-    """report_html.sim_error, said in words for a model with per-output checks."""
-    return f"{report_html.sim_error(m):.2g}" + (" of bound" if "output_checks" in m else "")
+    """page.sim_error, said in words for a model with per-output checks."""
+    return f"{page.sim_error(m):.2g}" + (" of bound" if "output_checks" in m else "")
 
 
 def table(rows: list[list[str]], columns=COLUMNS) -> str:
@@ -228,7 +229,7 @@ def write_all(found: list[Pair], runs, show: bool = True) -> None:
     """build/report.md and report.html (the report task's action, and after_build's, which prints nothing)."""
     cells = grid(found, failures.load())
     write(found, artifacts.REPORT, runs, cells, show)
-    report_html.write(cells, artifacts.REPORT_HTML)
+    page.write(cells, artifacts.REPORT_HTML)
 
 
 def write(found: list[Pair], out: str, runs: tuple[str, ...] | list[str] = (), cells: list[Cell] | None = None,
@@ -255,9 +256,9 @@ def write(found: list[Pair], out: str, runs: tuple[str, ...] | list[str] = (), c
     if windows:
         text += ("\n## Windows (one graph pair per input length; docs/whisper-windows.md)\n\n"
                  + table(windows, WINDOWS))
-    graphs = report_html.qnn_rows(records)
+    graphs = page.qnn_rows(records)
     if graphs:
-        text += "\n## QNN graphs (convert: what each graph became on the NPU)\n\n" + table(graphs, report_html.QNN)
+        text += "\n## QNN graphs (convert: what each graph became on the NPU)\n\n" + table(graphs, page.QNN)
     builds = families.rows(records)
     if builds:
         text += ("\n## QAIRT families (one model and chip built with several; a runtime loads its own family's "
@@ -286,7 +287,7 @@ def _grid_cell(cell: Cell | None) -> str:
     if cell is None:
         return ""
     if cell.state == "pass" and cell.record is not None:
-        metric, size = report_html.key_metric(cell.record), report_html.binaries_mb(cell.record)
+        metric, size = page.key_metric(cell.record), page.binaries_mb(cell.record)
         return f"pass · {metric} · {size}".replace("|", "/")
     if cell.state == "failed":
         where = f" ({cell.numbers})" if cell.numbers else ""
@@ -336,8 +337,8 @@ def after_build(summary_line: str, found: list[Pair], runs: list[str]) -> None:
             html = f.read()
         with open(paths.TRACE_SVG) as f:
             svg = f.read()
-        html = html.split(report_html.LAST_BUILD)[0].removesuffix("</body></html>\n")
+        html = html.split(page.LAST_BUILD)[0].removesuffix("</body></html>\n")
         with atomic_path(artifacts.REPORT_HTML) as tmp:
-            tmp.write_text(f"{html}{report_html.LAST_BUILD}<h2>Last build</h2><p>{escape(summary_line)}</p>"
+            tmp.write_text(f"{html}{page.LAST_BUILD}<h2>Last build</h2><p>{escape(summary_line)}</p>"
                            f"<figure>{svg}</figure></body></html>\n")
         outputs.rewritten("report", artifacts.REPORT_HTML)

@@ -10,7 +10,7 @@ from typing import cast
 
 from toolchain.engine.files import atomic_path
 from toolchain.shared import measures
-from toolchain.stages import families as family_table
+from toolchain.stages.report import families as family_table
 
 
 def escape(text: str) -> str:
@@ -286,7 +286,7 @@ def cost_chart(records: list[dict], top: list[float]) -> str:
 
 
 def families(records: list[dict]) -> str:
-    """The report's QAIRT-family comparison (stages/families.py), where some model and chip has several."""
+    """The report's QAIRT-family comparison (stages/report/families.py), where some model and chip has several."""
     rows = family_table.rows(records)
     if not rows:
         return ""

@@ -14,7 +14,7 @@ from conftest import FIXTURES, sha256
 
 from toolchain.errors import StageFailed
 from toolchain.rewrites import library
-from toolchain.stages import rewrite, simplify
+from toolchain.stages import rewrite_check, simplify
 
 SPEC = '''
 description = "test fixture: a speech-enhancer-shaped graph given as ONNX, with every pattern a rewrite is for"
@@ -54,8 +54,8 @@ def test_a_given_onnx_builds_from_its_toml_with_rewrite_auto(denoiser):
     denoiser.declare('rewrite = "auto"')
     rc, executed, text = denoiser.run()
     assert rc == 0, text
-    assert "rewrite:den" in executed and "parity:den" not in executed   # no reference: the rewrites still proven
-    proof = json.loads((denoiser.root / "build/den/rewrite.json").read_text())
+    assert "rewrite_check:den" in executed and "parity:den" not in executed   # no reference: the rewrites still proven
+    proof = json.loads((denoiser.root / "build/den/rewrite_check.json").read_text())
     assert proof["tensors"]["net"]["max_abs"] < 1e-5 and proof["tensors"]["net"]["calls"] == 3
     applied = ["lstm-default-activations", "high-rank-fold", "convtranspose-as-conv", "pow-square-as-mul",
                "conv-dilated-polyphase"]
@@ -112,7 +112,7 @@ def test_a_rewrite_that_changes_the_outputs_fails_naming_it(tmp_path, monkeypatc
     (tmp_path / "plain.py").write_text("")
     io = {"net": {"inputs": [["x", [1, 64], "float32"]], "outputs": [["y", [1, 64], "float32"]]}}
     with pytest.raises(StageFailed) as failed:
-        rewrite.check(str(tmp_path / "plain.py"), {"net": files}, None, {"max_abs": 1e-3, "metric": {}},
+        rewrite_check.check(str(tmp_path / "plain.py"), {"net": files}, None, {"max_abs": 1e-3, "metric": {}},
                       str(tmp_path / "rewrite.json"), io, "models/x.toml", {})
     message = str(failed.value)
     assert message.startswith("models/x.toml: the rewrites change what the model computes (CPU, unrewritten vs "

@@ -14,9 +14,9 @@ from toolchain.engine.files import read_json, write_json
 from toolchain.engine.run.worker import load_module, run
 from toolchain.errors import StageFailed
 from toolchain.rewrites import library as rewrites
-from toolchain.shared import measures, modeldata
+from toolchain.shared import measures, modeldata, stream
 from toolchain.shared.iorecord import io_record
-from toolchain.stages import Project, parity, stream
+from toolchain.stages import Project, parity
 
 
 def tasks(project: Project):
