@@ -42,6 +42,14 @@ MODEL_API = {"toolchain.modelkit"}   # for models/*.py (and only this): the tool
 FUNCTION_STRING = re.compile(r"^toolchain(\.\w+)+:\w+$")
 
 
+def named_by_fstring(node: ast.JoinedStr) -> bool:
+    """f"{__name__}:restored": a function named by a string built at run time from its module's name."""
+    parts = node.values
+    return any(isinstance(a, ast.FormattedValue) and ast.unparse(a.value) == "__name__"
+               and isinstance(b, ast.Constant) and isinstance(b.value, str) and re.fullmatch(r":\w+", b.value)
+               for a, b in zip(parts, parts[1:]))
+
+
 def modules(root: Path) -> dict[str, Path]:
     """{dotted name: file} of every module of the toolchain package."""
     found = {}
@@ -323,6 +331,8 @@ def measure(root: Path) -> dict:
         function_strings += [f"{name}: {n.value}" for n in ast.walk(ast.parse(path.read_text()))
                              if isinstance(n, ast.Constant) and isinstance(n.value, str)
                              and FUNCTION_STRING.match(n.value)]
+        function_strings += [f"{name}: {ast.unparse(n)}" for n in ast.walk(ast.parse(path.read_text()))
+                             if isinstance(n, ast.JoinedStr) and named_by_fstring(n)]
         own = wing(name) == "backends" or name in ("toolchain.ort_qnn", "toolchain.qairt")   # a compiler's own code
         if not own and compiler_branches(path):
             branches[name] = compiler_branches(path)

@@ -135,7 +135,8 @@ def test_the_measures_can_fail(tmp_path):
     (pkg / "stages" / "verify.py").write_text(
         "from toolchain.backends import ort\n"
         "def tasks(model):\n    from toolchain.spec import x\n"
-        "    return model.toolchain == 'qairt', 'toolchain.stages.verify:check'\n")
+        "    return model.toolchain == 'qairt', 'toolchain.stages.verify:check'\n"
+        "meta = {'restore_check': [f'{__name__}:restored', {}]}\n")
     (pkg / "backends" / "ort.py").write_text("from toolchain.stages import verify\n")
     (pkg / "spec" / "x.py").write_text("STAGES = " + repr(["export", "simplify", "inspect", "parity", "calibrate",
                                                            "compile", "verify", "manifest"]) + "\n")
@@ -179,7 +180,8 @@ def test_the_measures_can_fail(tmp_path):
     assert shape["upward_imports"] == ["toolchain.stages.verify -> toolchain.backends.ort"]
     assert shape["function_level_imports"] == ["toolchain.stages.verify -> toolchain.spec.x"]
     assert shape["compiler_name_branches"] == 1
-    assert shape["functions_named_by_strings"] == ["toolchain.stages.verify: toolchain.stages.verify:check"]
+    assert shape["functions_named_by_strings"] == ["toolchain.stages.verify: toolchain.stages.verify:check",
+                                                   "toolchain.stages.verify: f'{__name__}:restored'"]
     assert shape["places_listing_the_stages"] == ["toolchain/spec/x.py"]
     assert shape["loads_that_unpickle"] == ["models/mine.py:2", "models/mine.py:3", "models/mine.py:5",
                                             "models/mine.py:7"]

@@ -311,3 +311,15 @@ def test_outputs_and_cache_blobs_get_the_umasks_mode(tmp_path, monkeypatch):
 def test_strict_json_refuses_nan(tmp_path):
     with pytest.raises(ValueError):
         files.write_json(tmp_path / "x.json", {"max_abs": float("nan")})
+
+
+def test_a_tasks_settings_come_from_its_step_arguments_without_defaults():
+    """engine/state/settings.py: the named arguments plus extras, a value equal to its declared default left
+    out (so a setting added with a default changes no older task's settings), a key the step lacks skipped."""
+    from toolchain.engine.state.settings import task_settings
+    kwargs = {"out": "x.bin", "chip": {"name": "SM8750"}, "precision": "fp16"}
+    assert task_settings(kwargs, ("chip", "precision", "family"), tool={"v": 1}) == {
+        "chip": {"name": "SM8750"}, "precision": "fp16", "tool": {"v": 1}}
+    assert task_settings(kwargs, ("chip",), {"route": "ep"}, route="ep") == {"chip": {"name": "SM8750"}}
+    assert task_settings(kwargs, ("chip",), {"route": "ep"}, route="saver")["route"] == "saver"
+    assert task_settings({"rewrite": ()}, ("rewrite",), {"rewrite": ()}) == {}

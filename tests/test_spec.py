@@ -381,3 +381,16 @@ def test_a_package_file_must_be_the_packages_own(site, inner, message):
     assert sources.package_file(table, "pinned==1.0", "../ckpts/data.ts").resolve() == site.parent / "ckpts/data.ts"
     with pytest.raises(SpecError, match=rf"^models/m.toml: graphs.net.source.file: .*{re.escape(message)}"):
         sources.package_file(table, "pinned==1.0", inner)
+
+
+def test_a_precision_knows_its_bound_and_stays_the_string_records_write():
+    """One rule, said once (spec.records.Precision): fp16 is judged by [verify] max_rel, w8a16 by max_rel_w8a16."""
+    import json
+
+    from toolchain.spec.records import Precision
+    verify = {"max_rel": 0.02, "max_rel_w8a16": 0.1}
+    assert Precision("fp16").max_rel(verify) == 0.02 and Precision.W8A16.max_rel(verify) == 0.1
+    assert Precision.W8A16.quantized and not Precision.FP16.quantized
+    assert Precision.FP16 == "fp16" and json.dumps({"p": Precision.W8A16}) == '{"p": "w8a16"}'
+    with pytest.raises(ValueError):
+        Precision("int8")

@@ -245,7 +245,7 @@ def quantized(model, graph) -> str:
 
 def compile_source(model, graph) -> str:
     """The ONNX a compiler takes: the QDQ graph for w8a16, the simplified float graph otherwise."""
-    return quantized(model, graph) if graph.precision == "w8a16" else simplified(model, graph)
+    return quantized(model, graph) if graph.precision.quantized else simplified(model, graph)
 
 
 # Phone-side products: bundles, runtime-library lists, the chip index, device records.

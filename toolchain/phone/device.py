@@ -32,8 +32,7 @@ def tasks(project: Project):
         verify = model.verify
         chips = {c: _chip(model, project.compiler(model), project.chips[c]) for c in model.chips}
         kwargs = {"model": model.name, "module_file": model.module_file, "data_dir": model.data_dir,
-                  "clips": list(verify["clips"]), "max_rel": max(verify["max_rel"] if g.precision == "fp16"
-                                                                 else verify["max_rel_w8a16"] for g in model.graphs),
+                  "clips": list(verify["clips"]), "max_rel": max(g.precision.max_rel(verify) for g in model.graphs),
                   "index": artifacts.INDEX, "chips": chips, "fallback": artifacts.device_record(model, None, SERIAL),
                   "settings": settings}
         yield {"name": model.name, "doc": f"{model.name} on the attached phone: choose by ro.soc.model, push, run, "

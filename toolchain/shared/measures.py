@@ -135,7 +135,7 @@ def beyond_precision(check: dict, precision: str) -> str:
 def output_checks(graph, verify: Mapping) -> dict[str, OutputCheck]:
     """{output: check} of a graph: as declared in graphs.<g>.checks, else the model's [verify] bounds
     for the graph's precision (today's check, per output)."""
-    default = OutputCheck(max_rel=verify["max_rel"] if graph.precision == "fp16" else verify["max_rel_w8a16"])
+    default = OutputCheck(max_rel=graph.precision.max_rel(verify))
     if verify["min_cosine"]:
         default["min_cosine"] = verify["min_cosine"]
     return {o.name: OutputCheck(**graph.checks[o.name]) if o.name in graph.checks else default for o in graph.outputs}
@@ -146,7 +146,7 @@ def check_source(graph, output: str, spec: str, check: OutputCheck | None = None
     spec does not write it (`written`: the [verify] keys it writes)."""
     if output in graph.checks:
         return f"{spec}: graphs.{graph.name}.checks.{output}"
-    keys = ["max_rel" if graph.precision == "fp16" else "max_rel_w8a16"]
+    keys = [graph.precision.bound_key]
     keys += ["min_cosine"] if check and "min_cosine" in check else []
     said = [f"verify.{k}" if k in written else f"the default verify.{k} (not in the spec; docs/add-a-model.md)"
             for k in keys]

@@ -248,7 +248,7 @@ def _graphs(top: Table, checkpoint, chip_names: tuple, chips: dict, here: Path) 
                        f"stream of its own (streaming graphs: {streaming})")
     for graph in graphs:
         for chip in chip_names:
-            if graph.precision == "fp16" and not chips[chip].fp16:
+            if not graph.precision.quantized and not chips[chip].fp16:
                 top.fail("chips", f"{chip} (HTP v{chips[chip].htp_arch}) has no fp16, but graph "
                                   f"'{graph.name}' has precision = \"fp16\": drop {chip} from chips, "
                                   f"or declare the graph precision = \"w8a16\" (8-bit weights)")

@@ -13,6 +13,7 @@ from toolchain.spec.records import (
     OPTION_VALUES,
     PRECISIONS,
     Graph,
+    Precision,
     Tensor,
 )
 from toolchain.spec.table import Settings, Table
@@ -21,11 +22,11 @@ from toolchain.spec.table import Settings, Table
 def graph(t: Table, name: str, here: Path) -> Graph:
     if not NAME.match(name):
         t.fail("", f"graph name must match {NAME.pattern}")
-    precision = t.opt("precision", str, "fp16", PRECISIONS)
+    precision = Precision(t.opt("precision", str, "fp16", PRECISIONS))
     calibration = t.opt("calibration", int, 0)
-    if precision == "w8a16" and calibration < 1:
+    if precision.quantized and calibration < 1:
         t.fail("calibration", "a w8a16 graph needs calibration = <number of real samples> (e.g. 8)")
-    if precision != "w8a16" and "calibration" in t.data:
+    if not precision.quantized and "calibration" in t.data:
         t.fail("calibration", f"only w8a16 graphs are calibrated; this graph is {precision}")
     source = sources.source(t.sub("source"), here) if "source" in t.data else None
     rewrite = t.opt("rewrite", (str, list), ())   # the rule names are checked by project.py (rewrites/library.py)

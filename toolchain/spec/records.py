@@ -2,14 +2,39 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
 from toolchain.spec.table import Settings
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 IO_DTYPES = ("float32", "float16", "int32")   # what the HTP runtimes accept at graph I/O
-PRECISIONS = ("fp16", "w8a16")   # w8a16: 8-bit weights, 16-bit activations, quantized for QNN
+
+
+class Precision(StrEnum):
+    """A graph's numerics on the HTP, and the [verify] bound that judges it (a str: records and settings keep
+    writing "fp16" / "w8a16")."""
+
+    FP16 = "fp16"
+    W8A16 = "w8a16"   # 8-bit weights, 16-bit activations, quantized for QNN
+
+    @property
+    def quantized(self) -> bool:
+        return self is Precision.W8A16
+
+    @property
+    def bound_key(self) -> str:
+        """The [verify] key of this precision's max_rel bound."""
+        return "max_rel_w8a16" if self.quantized else "max_rel"
+
+    def max_rel(self, verify: Mapping) -> float:
+        """This precision's max_rel bound in a model's [verify] settings."""
+        return verify[self.bound_key]
+
+
+PRECISIONS = tuple(p.value for p in Precision)
 AUTO = "auto"   # toolchain = "auto": the QAIRT SDK when $QNN_SDK_ROOT is a complete one (project.py says which)
 ANDROID_LIBS = ("auto", "required", "off")   # QAIRT aarch64-android model libs: with an NDK / always / never
 # The formats the shipped model code reads; a spec may name any other: it is passed to the model code's
@@ -40,7 +65,7 @@ class Graph:
     """One graph of a model as its spec declares it ([graphs.<name>]), a [windows] copy included."""
 
     name: str
-    precision: str
+    precision: Precision
     calibration: int       # w8a16: how many real samples calibrate the quantization (0 for fp16)
     inputs: tuple[Tensor, ...]
     outputs: tuple[Tensor, ...]

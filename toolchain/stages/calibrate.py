@@ -35,7 +35,7 @@ def tasks(project: Project):
         onnx_files = {g.name: artifacts.simplified(model, g) for g in model.graphs}
         io = {g.name: io_record(g) for g in model.graphs}   # the model code finds a [windows] copy's window in it
         for graph in model.graphs:
-            if graph.precision != "w8a16":
+            if not graph.precision.quantized:
                 continue
             folder, log = artifacts.calibration(model, graph), artifacts.calibration_log(model, graph)
             inputs = io[graph.name]["inputs"]

@@ -29,8 +29,8 @@ def tasks(project: Project):
         yield {"name": model.name, "doc": f"{model.name}: {DOC}",
                "file_dep": [*(ck.parts or [ck.path]), *model.code_files], "targets": [out, log], "clean": True,
                "actions": [(run, (prepare, kwargs, log))],
-               "meta": {"restore_check": [f"{__name__}:restored",
-                                          {"out": out, "pinned": ck.sha256, "module_file": model.module_file}],
+               "meta": {"restore_check": (restored, {"out": out, "pinned": ck.sha256,
+                                                     "module_file": model.module_file}),
                         # converted by the model code: no later step can tell other weights from these
                         **({cache.KIND: cache.RESULT} if converts(model.module_file) else {})},
                "uptodate": [config_changed(settings)]}

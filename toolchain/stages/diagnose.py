@@ -64,8 +64,7 @@ def pieces(model: Model, compiler: Compiler, chip: Chip) -> dict | None:
 
 def threshold(model, graph) -> dict:
     """The verify stage's limits for one graph."""
-    limit = model.verify["max_rel"] if graph.precision == "fp16" else model.verify["max_rel_w8a16"]
-    return {"max_rel": limit, "min_cosine": model.verify["min_cosine"]}
+    return {"max_rel": graph.precision.max_rel(model.verify), "min_cosine": model.verify["min_cosine"]}
 
 
 AUTO_OPS = 300   # a failed verify bisects graphs up to this many cut points itself (~log2(N)+1 small compiles)

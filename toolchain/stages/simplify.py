@@ -11,6 +11,7 @@ from toolchain import artifacts
 from toolchain.engine import versions
 from toolchain.engine.files import atomic_path, write_json
 from toolchain.engine.run.worker import run
+from toolchain.engine.state.settings import task_settings
 from toolchain.errors import StageFailed
 from toolchain.rewrites import library as rewrites
 from toolchain.spec.table import plain
@@ -26,11 +27,13 @@ def tasks(project: Project):
         for graph in model.graphs:
             src, out = artifacts.exported(model, graph), artifacts.simplified(model, graph)
             log = artifacts.simplify_log(model, graph)
-            kwargs, settings, deps, targets = {"src": src, "out": out}, {"tool": tool}, [src], [out, log]
-            if graph.rewrite:   # only then: a graph without rewrites keeps its settings (nothing rebuilds)
+            kwargs, deps, targets = {"src": src, "out": out}, [src], [out, log]
+            if graph.rewrite:
                 extra = [artifacts.unrewritten(model, graph), artifacts.rewrites_applied(model, graph)]
                 kwargs.update(rewrite=plain(graph.rewrite), unrewritten=extra[0], record=extra[1])
-                settings["rewrite"], deps, targets = plain(graph.rewrite), deps + REWRITE_CODE, targets + extra
+                deps, targets = deps + REWRITE_CODE, targets + extra
+            # a graph without rewrites keeps its settings (nothing rebuilds)
+            settings = task_settings(kwargs, ("rewrite",), {"rewrite": ()}, tool=tool)
             yield {"name": f"{model.name}/{graph.name}",
                    "doc": f"{model.name}/{graph.name}: onnxsim (constant folding, shape inference)"
                           + (f", rewrites {_shown(graph.rewrite)}" if graph.rewrite else ""),

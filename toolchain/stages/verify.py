@@ -53,9 +53,7 @@ def tasks(project: Project, tier: str):
             for g in model.graphs:
                 graphs[g.name]["context"] = artifacts.context_model(model, g, chip)
         out, log = artifacts.verified(model, chip, tier), artifacts.verify_log(model, chip, tier)
-        precisions = sorted({g.precision for g in model.graphs})
-        checks = Checks(max_rel=max(settings["max_rel"] if p == "fp16" else settings["max_rel_w8a16"]
-                                    for p in precisions),
+        checks = Checks(max_rel=max(g.precision.max_rel(settings) for g in model.graphs),
                         metric=dict(model.metric), clips=list(clips), tier=tier)
         if settings["min_cosine"]:   # only when declared: verify results of other models stay current
             checks["min_cosine"] = settings["min_cosine"]

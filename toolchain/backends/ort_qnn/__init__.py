@@ -113,7 +113,7 @@ class Compiler(stages.Compiler):
     def piece_runner(self, model, graph, chip) -> tuple | None:
         if _family(chip):
             return None   # pieces compile in the verify step's own process: the build's own QAIRT only
-        if graph.precision != "fp16":
+        if graph.precision.quantized:
             return None   # a w8a16 piece would need its own calibration: not cut (docs/add-a-model.md)
         return ep.piece_simulator, {"options": self.options(model, graph, chip)}
 

@@ -13,6 +13,7 @@ from toolchain import artifacts
 from toolchain.backends.ort_qnn import context, ep, families, modellib
 from toolchain.engine.files import atomic_path, read_json, sha256, write_json
 from toolchain.engine.run.worker import run
+from toolchain.engine.state.settings import task_settings
 from toolchain.errors import StageFailed
 from toolchain.qnn import qnnbin
 from toolchain.shared.iorecord import io_record
@@ -34,8 +35,6 @@ def tasks(project: Project):
         kwargs = {"out": targets[0], "record": targets[2], "options": options,
                   "chip": chip.record(), "precision": graph.precision,
                   "io": io_record(graph)}
-        settings = {"options": options, "tool": tool, "chip": chip.record(), "precision": graph.precision,
-                    "io": kwargs["io"]}
         function: Callable[..., None]
         if ep.uses_route(graph):
             lib = artifacts.model_lib(model, graph, modellib.TARGET, chip.family)
@@ -44,7 +43,7 @@ def tasks(project: Project):
             function, inputs = build, [lib, weights, converted]
             kwargs.update(model_lib=lib, weights=weights, converted=converted)
             if chip.family:   # how this family's libraries and EP differ from the default's (families.toml)
-                kwargs["family"] = settings["family"] = families.table()[chip.family].replay()
+                kwargs["family"] = families.table()[chip.family].replay()
             how = "from its model library"
         else:   # the direct EP compile: the settings stay exactly as they were before the route
             src = artifacts.compile_source(model, graph)
@@ -58,12 +57,15 @@ def tasks(project: Project):
                # a cache restore is used only if its binary reads back as this task's (another valid binary
                # under this task's key, e.g. another chip's, must never be restored: restored() below)
                "meta": {**families.step_meta(chip.family),
-                        "restore_check": [f"{__name__}:restored",
-                                          {"binary": targets[1], "context": targets[0], "record": targets[2],
-                                           "chip": chip.record(), "precision": graph.precision, "io": kwargs["io"]}]},
+                        "restore_check": (restored, {"binary": targets[1], "context": targets[0],
+                                                     "record": targets[2], "chip": chip.record(),
+                                                     "precision": graph.precision, "io": kwargs["io"]})},
                "task_dep": parity.gate(model, graph), "targets": targets + [log], "clean": True,
                "actions": [(run, (function, kwargs, log))],
-               "uptodate": [config_changed({**settings, "route": "saver"} if ep.uses_route(graph) else settings)]}
+               # the direct EP compile's settings stay exactly as they were before the route (no "route" key)
+               "uptodate": [config_changed(task_settings(kwargs, ("options", "chip", "precision", "io", "family"),
+                                                         {"route": "ep"}, tool=tool,
+                                                         route="saver" if ep.uses_route(graph) else "ep"))]}
 
 
 def build(model_lib: str, weights: str, converted: str, out: str, record: str, options: dict, chip: dict,

@@ -31,7 +31,7 @@ def tasks(project: Project):
     tool = {"onnxruntime": versions.version("onnxruntime"), "onnx": versions.version("onnx")}
     for model in project.models_of(ep.NAME):
         for graph in model.graphs:
-            if graph.precision != "w8a16":
+            if not graph.precision.quantized:
                 continue
             src, out, folder = (artifacts.simplified(model, graph), artifacts.quantized(model, graph),
                                 artifacts.calibration(model, graph))

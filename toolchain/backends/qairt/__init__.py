@@ -99,7 +99,7 @@ class Compiler(stages.Compiler):
     def runtime_view(self, graph) -> dict:
         """Names as the converter writes them; inputs in its native layout (3-D last two axes swapped,
         4-D NHWC); a calibrated (w8a16) graph's float I/O is UFIXED_POINT_16 with a scale and offset."""
-        quantized = graph.precision == "w8a16"
+        quantized = graph.precision.quantized
 
         def tensor(t, is_input):
             shape = [t.shape[i] for i in native_permutation(len(t.shape))] if is_input else list(t.shape)

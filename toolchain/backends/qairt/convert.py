@@ -22,7 +22,7 @@ def tasks(project: Project):
             src, cpp, weights = (artifacts.simplified(model, graph), artifacts.qnn_cpp(model, graph),
                                  artifacts.qnn_weights(model, graph))
             log, record = artifacts.stage_log(model, graph, "convert"), artifacts.stage_record(model, graph, "convert")
-            quantized = graph.precision == "w8a16"
+            quantized = graph.precision.quantized
             calibration = [artifacts.calibration_list(model, graph)] + [
                 artifacts.calibration_raw(model, graph, i, t.name)
                 for i in range(graph.calibration) for t in graph.inputs

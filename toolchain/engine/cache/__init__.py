@@ -18,7 +18,6 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
-import importlib
 import json
 import os
 import platform
@@ -219,14 +218,13 @@ def _here(task, compute, store_named, cached: bool):
 
 
 def restore_check(task):
-    """The stage's own check of restored outputs, named in its meta as ("module:function", kwargs): called
-    with {target: the restored file, not yet in place}, it returns the problems found (none: use them)."""
-    named = (task.meta or {}).get("restore_check")
-    if not named:
+    """The stage's own check of restored outputs, given in its meta as (function, kwargs): called with
+    {target: the restored file, not yet in place}, it returns the problems found (none: use them)."""
+    given = (task.meta or {}).get("restore_check")
+    if not given:
         return None
-    module, function = named[0].split(":")
-    check = getattr(importlib.import_module(module), function)
-    return lambda staged: check(staged, **named[1])
+    check, kwargs = given
+    return lambda staged: check(staged, **kwargs)
 
 
 def _version(package: str) -> str | None:
