@@ -131,14 +131,14 @@ def _last(argv: list[str]) -> str:
 
 
 ROUTE = """import sys, json
-from toolchain.backends.ort_qnn import context, ep
+from toolchain.compilers.ort_qnn import context, ep
 from toolchain.spec import chips
 chip = chips.load()[sys.argv[3]].record()
 r = context.compose(sys.argv[1], sys.argv[2], chip, context.graph_settings(json.loads(sys.argv[4])))
 assert r.binary and not r.errors, r.errors
 """
 EP = """import sys, json, tempfile
-from toolchain.backends.ort_qnn import ep
+from toolchain.compilers.ort_qnn import ep
 with tempfile.TemporaryDirectory() as tmp:
     ep.compile(sys.argv[1], tmp + "/g.onnx", json.loads(sys.argv[2]))
 """

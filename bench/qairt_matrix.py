@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from toolchain.backends.ort_qnn import families  # noqa: E402
+from toolchain.compilers.ort_qnn import families  # noqa: E402
 from toolchain.stages import families as family_table  # noqa: E402
 from toolchain.stages.report import table  # noqa: E402
 

@@ -6,7 +6,7 @@ into one context by the EP's own sharing (`ep.share_ep_contexts`, as `doit share
 graph alone into a plain context of its own. Each graph is then loaded and run on the simulator from each context in
 a fresh process (the EP's bytes and state depend on what its process did before) and compared with numpy. Per
 family: the shared binary's size against the two plain ones, and how each load ended (ran, an error, or the signal
-that killed the process). The child repeats the EP session set-up of toolchain/backends/ort_qnn/ep.py because a
+that killed the process). The child repeats the EP session set-up of toolchain/compilers/ort_qnn/ep.py because a
 family's interpreter does not have the toolchain.
 
     python bench/shared_simulator.py [--python PY ...] [--chip SM8750] [--out FILE]

@@ -26,7 +26,7 @@ BUILD_AND_COMPILE = r"""
 import json, sys, time, numpy as np, onnx
 from onnx import helper as h, TensorProto as T, numpy_helper as nh
 from toolchain.spec import chips
-from toolchain.backends.ort_qnn import ep as ort_qnn
+from toolchain.compilers.ort_qnn import ep as ort_qnn
 layers, K, folder, chip = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 rng = np.random.default_rng(0)
 nodes, inits, x = [], [], "x"

@@ -1,6 +1,6 @@
 """Measure the shape of toolchain/: import cycles, imports that go up between wings, imports hidden in
 functions, functions named by strings, branches on a compiler's name, places that list the stages, an engine
-that reads something of a model or QNN, a compiler imported by name outside backends/, import hooks, and the
+that reads something of a model or QNN, a compiler imported by name outside compilers/, import hooks, and the
 model-code API imported by the toolchain itself, and loads that would unpickle (run) what a file says: torch.load
 without weights_only=True, numpy.load with allow_pickle=True, pickle/dill/joblib loads (in toolchain/ and models/:
 anything a step loads may come from a shared cache; docs/scale.md, "Trust"); functions called on a model file that
@@ -27,16 +27,16 @@ LISTS_STAGES = 8   # a file naming this many stages is a list of them
 MAY_IMPORT = {"spec": set(), "engine": set(), "qnn": {"engine"}, "rewrites": set(),
               "shared": {"spec", "engine"},
               "stages": {"spec", "engine", "qnn", "shared", "rewrites"},
-              "backends": {"spec", "engine", "qnn", "shared", "stages", "rewrites"},
+              "compilers": {"spec", "engine", "qnn", "shared", "stages", "rewrites"},
               "deploy": {"spec", "engine", "qnn", "shared", "stages", "rewrites"},
-              "phone": {"spec", "engine", "qnn", "shared", "stages", "backends", "deploy", "rewrites"}}
+              "phone": {"spec", "engine", "qnn", "shared", "stages", "compilers", "deploy", "rewrites"}}
 ENGINE_MAY_USE = {"toolchain.errors"}   # outside engine/: the exception types only
 # What a model or QNN is made of: packages the engine must not import, words its strings must not say
 # (docstrings and comments may explain; $QNN_* variables are the project's name, not QNN's).
 MODEL_PACKAGES = ("onnx", "onnxruntime", "onnxruntime_qnn", "torch", "onnxsim", "onnxscript", "numpy")
 QNN_WORDS = re.compile(r"(?i)qnn|htp|onnx|torch|qairt|hexagon|snapdragon|\bsoc\b")
 PROJECT_VARIABLE = re.compile(r"^QNN_[A-Z_]+$")
-# The compilers' own code: no module outside backends/ (but the registry's users) imports one by name.
+# The compilers' own code: no module outside compilers/ (but the registry's users) imports one by name.
 REGISTRY_USERS = {"toolchain.pipeline", "toolchain.project", "toolchain.options"}
 MODEL_API = {"toolchain.modelkit"}   # for models/*.py (and only this): the toolchain itself never imports it
 FUNCTION_STRING = re.compile(r"^toolchain(\.\w+)+:\w+$")
@@ -314,9 +314,9 @@ def measure(root: Path) -> dict:
             engine_reads += [f"{name} -> {t}" for t, _ in edges if wing(t) != "engine" and t not in ENGINE_MAY_USE]
             engine_reads += [f"{name} -> {p}" for p in sorted(package_imports(path) & set(MODEL_PACKAGES))]
             engine_reads += [f"{name}:{line} says QNN" for line in strings_naming_qnn(path)]
-        if wing(name) != "backends" and name not in REGISTRY_USERS:
+        if wing(name) != "compilers" and name not in REGISTRY_USERS:
             compiler_imports += [f"{name} -> {t}" for t, _ in edges
-                                 if wing(t) == "backends" and t.split(".")[2:3] != ["base"]]
+                                 if wing(t) == "compilers"]
         if import_hooks(path):
             hooks.append(name)
         if name not in MODEL_API:
@@ -333,7 +333,7 @@ def measure(root: Path) -> dict:
                              and FUNCTION_STRING.match(n.value)]
         function_strings += [f"{name}: {ast.unparse(n)}" for n in ast.walk(ast.parse(path.read_text()))
                              if isinstance(n, ast.JoinedStr) and named_by_fstring(n)]
-        own = wing(name) == "backends" or name in ("toolchain.ort_qnn", "toolchain.qairt")   # a compiler's own code
+        own = wing(name) == "compilers" or name in ("toolchain.ort_qnn", "toolchain.qairt")   # a compiler's own code
         if not own and compiler_branches(path):
             branches[name] = compiler_branches(path)
     unpickling = [f"{p.relative_to(root)}:{line}" for p in [*known.values(), *sorted(root.glob("models/**/*.py"))]

@@ -311,7 +311,7 @@ def reference(tmp_path_factory):
 # ---- the stand-in QAIRT SDK (tests/sdk_standin.py) ----
 
 def add_qnet(project: Project, **replace) -> None:
-    """models/qnet.toml (toolchain = "qairt", graph 'net-a') + its onnx.helper export code + a checkpoint."""
+    """models/qnet.toml (compiler = "qairt", graph 'net-a') + its onnx.helper export code + a checkpoint."""
     models = project.root / "models"
     shutil.copy(FIXTURES / "qnet.py", models / "qnet.py")
     (models / "qnet.ckpt").write_bytes(b"qnet checkpoint\n")

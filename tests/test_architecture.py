@@ -16,7 +16,7 @@ def test_no_import_cycle_inside_the_toolchain():
 
 def test_wings_import_only_downwards_and_stages_never_import_a_compiler():
     assert SHAPE["upward_imports"] == []
-    stage_to_backend = [e for e in SHAPE["upward_imports"] if e.startswith("toolchain.stages.") and ".backends." in e]
+    stage_to_backend = [e for e in SHAPE["upward_imports"] if e.startswith("toolchain.stages.") and ".compilers." in e]
     assert stage_to_backend == []
 
 
@@ -42,7 +42,7 @@ def test_the_engine_reads_nothing_of_a_model_or_qnn():
     assert SHAPE["engine_reads_a_model_or_qnn"] == []
 
 
-def test_no_compiler_is_imported_by_name_outside_backends():
+def test_no_compiler_is_imported_by_name_outside_compilers():
     """deploy/, phone/, stages/, shared/ reach a compiler through project.compiler(model), never by name."""
     assert SHAPE["compilers_imported_by_name"] == []
 
@@ -128,16 +128,16 @@ def test_no_private_name_crosses_a_module_boundary():
 def test_the_measures_can_fail(tmp_path):
     """The same script finds each fault in a tree that has it."""
     pkg = tmp_path / "toolchain"
-    for wing in ("stages", "backends", "spec"):
+    for wing in ("stages", "compilers", "spec"):
         (pkg / wing).mkdir(parents=True)
         (pkg / wing / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
     (pkg / "stages" / "verify.py").write_text(
-        "from toolchain.backends import ort\n"
+        "from toolchain.compilers import ort\n"
         "def tasks(model):\n    from toolchain.spec import x\n"
         "    return model.toolchain == 'qairt', 'toolchain.stages.verify:check'\n"
         "meta = {'restore_check': [f'{__name__}:restored', {}]}\n")
-    (pkg / "backends" / "ort.py").write_text("from toolchain.stages import verify\n")
+    (pkg / "compilers" / "ort.py").write_text("from toolchain.stages import verify\n")
     (pkg / "spec" / "x.py").write_text("STAGES = " + repr(["export", "simplify", "inspect", "parity", "calibrate",
                                                            "compile", "verify", "manifest"]) + "\n")
     for wing in ("engine", "phone"):
@@ -145,10 +145,10 @@ def test_the_measures_can_fail(tmp_path):
         (pkg / wing / "__init__.py").write_text("")
     (pkg / "artifacts.py").write_text("")
     (pkg / "modelkit.py").write_text("")
-    (pkg / "backends" / "qairt.py").write_text("")
+    (pkg / "compilers" / "qairt.py").write_text("")
     (pkg / "engine" / "cache.py").write_text("import onnx\nfrom toolchain import artifacts\n"
                                              "PACKAGES = ('onnxruntime-qnn',)\nENV = 'QNN_CACHE'\n")
-    (pkg / "phone" / "device.py").write_text("from toolchain.backends import qairt\nimport sys\n"
+    (pkg / "phone" / "device.py").write_text("from toolchain.compilers import qairt\nimport sys\n"
                                              "sys.meta_path.append(None)\n")
     (pkg / "stages" / "report.py").write_text("from toolchain import modelkit\n")
     (pkg / "modelkit.py").write_text("class ModelCode:\n    def export(self): ...\n")
@@ -172,12 +172,12 @@ def test_the_measures_can_fail(tmp_path):
     assert shape["engine_reads_a_model_or_qnn"] == ["toolchain.engine.cache -> toolchain.artifacts",
                                                     "toolchain.engine.cache -> onnx",
                                                     "toolchain.engine.cache:3 says QNN"]
-    assert shape["compilers_imported_by_name"] == ["toolchain.phone.device -> toolchain.backends.qairt",
-                                                   "toolchain.stages.verify -> toolchain.backends.ort"]
+    assert shape["compilers_imported_by_name"] == ["toolchain.phone.device -> toolchain.compilers.qairt",
+                                                   "toolchain.stages.verify -> toolchain.compilers.ort"]
     assert shape["import_hooks"] == ["toolchain.phone.device"]
     assert shape["model_api_imported_by_the_toolchain"] == ["toolchain.stages.report -> toolchain.modelkit"]
-    assert shape["cycles"] == [["toolchain.backends.ort", "toolchain.stages.verify"]]
-    assert shape["upward_imports"] == ["toolchain.stages.verify -> toolchain.backends.ort"]
+    assert shape["cycles"] == [["toolchain.compilers.ort", "toolchain.stages.verify"]]
+    assert shape["upward_imports"] == ["toolchain.stages.verify -> toolchain.compilers.ort"]
     assert shape["function_level_imports"] == ["toolchain.stages.verify -> toolchain.spec.x"]
     assert shape["compiler_name_branches"] == 1
     assert shape["functions_named_by_strings"] == ["toolchain.stages.verify: toolchain.stages.verify:check",

@@ -21,7 +21,7 @@ def test_guide_defaults_and_known_corrections():
 COMPILE_ONE = r"""
 import json, sys, numpy as np, onnx
 from onnx import helper as h, TensorProto as T, numpy_helper as nh
-from toolchain.backends.ort_qnn import ep as ort_qnn
+from toolchain.compilers.ort_qnn import ep as ort_qnn
 from toolchain.qnn import qnnbin
 chip, out = json.loads(sys.argv[1]), sys.argv[2]
 w = nh.from_array(np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32), "w")

@@ -10,7 +10,7 @@ import pytest
 import sdk_standin as standin
 from conftest import ONE_CHIP, Project
 
-from toolchain.backends.ort_qnn import ep as ort_qnn
+from toolchain.compilers.ort_qnn import ep as ort_qnn
 from toolchain.deploy import bundle, chip_index, runtime, sherpa_contract, tarball
 from toolchain.engine.files import sha256
 from toolchain.errors import StageFailed

@@ -226,7 +226,7 @@ def _io(text: str) -> dict:
 
 
 def test_read_back_mismatch_names_the_tensor_expected_and_found():
-    from toolchain.backends.ort_qnn.compile import io_problems
+    from toolchain.compilers.ort_qnn.compile import io_problems
     want = [["tiny_en_mel", [1, 3000, 80], "float32"]]
     assert io_problems("inputs", [["tiny_en_mel", [1, 3000, 80], "float32"]], want) == []
     found = io_problems("inputs", [["tiny_en_mel", [1, 80, 3000], "float32"]], want)
@@ -237,7 +237,7 @@ def test_read_back_mismatch_names_the_tensor_expected_and_found():
 
 
 def test_qairt_binaries_read_back_in_the_contract_and_ship(tmp_path, reduced, monkeypatch):
-    """toolchain = "qairt": sherpa's ONNX layout, the converter (stand-in SDK, tests/sdk_standin.py) swaps
+    """compiler = "qairt": sherpa's ONNX layout, the converter (stand-in SDK, tests/sdk_standin.py) swaps
     3-D inputs; the read-back shows the runtime's layout and the sherpa bundle ships."""
     sdk_env(monkeypatch, tmp_path)
     p = _project(tmp_path / "proj", reduced, layout="onnx", toolchain="qairt")

@@ -6,7 +6,7 @@
   any bare .py name. URLs, upstream repositories' paths and the few names in BARE / EXAMPLES are left alone.
 - docs/architecture.md's compiler-surface table names exactly the public members of `Compiler` in
   toolchain/stages/__init__.py, and its Stages table lists exactly the stages of toolchain/pipeline.py, the
-  compilers' own where `*COMPILERS` stands (backends/<name>/__init__.py), in run order with scope and default.
+  compilers' own where `*COMPILERS` stands (compilers/<name>/__init__.py), in run order with scope and default.
   Read with ast: nothing is imported.
 
     python tests/test_docs.py     # prints every unresolved citation as file:line: path
@@ -31,7 +31,7 @@ SKIP_DIRS = {".git", "build", "__pycache__", ".pytest_cache", ".ruff_cache", ".b
 # with a wing of toolchain/ (docs often name `engine/paths.py` for toolchain/engine/paths.py). Anything else
 # (`scripts/...` of sherpa-onnx, `k2-fsa/...`, `lib/aarch64-android/...` of the SDK) is upstream's.
 TOP = ("toolchain", "tests", "models", "bench", "docs", ".ci")
-WINGS = ("spec", "stages", "backends", "deploy", "phone", "engine", "qnn", "rewrites", "shared")
+WINGS = ("spec", "stages", "compilers", "deploy", "phone", "engine", "qnn", "rewrites", "shared")
 # Bare names that are not one file of the checkout: what the build or a bench writes, the file every data folder
 # holds, and upstream scripts. Any other bare .md name must be beside its citer or at the root; a bare .py name
 # must be some module's of the checkout.
@@ -201,13 +201,13 @@ def _stage(call: ast.Call) -> tuple[str, str, bool]:
 
 
 def _compiler_stages(root: Path) -> list[tuple[str, str, bool]]:
-    """Each compiler's `stages` in backends.REGISTRY order, a name two declare once (as pipeline.py merges them)."""
-    registry = next(n.value for n in ast.parse((root / "toolchain/backends/__init__.py").read_text()).body
+    """Each compiler's `stages` in compilers.REGISTRY order, a name two declare once (as pipeline.py merges them)."""
+    registry = next(n.value for n in ast.parse((root / "toolchain/compilers/__init__.py").read_text()).body
                     if (isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "REGISTRY" for t in n.targets))
                     or (isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "REGISTRY"))
     merged: dict[str, tuple] = {}
-    for value in registry.values:                        # ort_qnn.Compiler -> backends/ort_qnn/__init__.py
-        tree = ast.parse((root / "toolchain/backends" / value.value.id / "__init__.py").read_text())
+    for value in registry.values:                        # ort_qnn.Compiler -> compilers/ort_qnn/__init__.py
+        tree = ast.parse((root / "toolchain/compilers" / value.value.id / "__init__.py").read_text())
         cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == value.attr)
         own = next(n.value for n in cls.body if isinstance(n, ast.Assign)
                    and any(getattr(t, "id", "") == "stages" for t in n.targets))
@@ -353,14 +353,14 @@ def test_member_check_reports_drift(tmp_path):
 
 
 def test_stage_check_reports_drift(tmp_path):
-    backends = tmp_path / "toolchain/backends"
+    folder = tmp_path / "toolchain/compilers"
     shared = "Stage('compile', f, 'd', 'graph@chip')"                       # both compilers declare it: one stage
     compilers = {"c": f"{shared}, Stage('oracle', f, 'd', 'graph@chip', default=False)",
                  "q": f"{shared}, Stage(name='context', tasks=f, doc='d', scope='graph@chip')"}   # keywords too
     for name, stages in compilers.items():
-        (backends / name).mkdir(parents=True)
-        (backends / name / "__init__.py").write_text(f"class Compiler(stages.Compiler):\n    stages = ({stages},)\n")
-    (backends / "__init__.py").write_text("REGISTRY = {c.NAME: c.Compiler, q.NAME: q.Compiler}\n")
+        (folder / name).mkdir(parents=True)
+        (folder / name / "__init__.py").write_text(f"class Compiler(stages.Compiler):\n    stages = ({stages},)\n")
+    (folder / "__init__.py").write_text("REGISTRY = {c.NAME: c.Compiler, q.NAME: q.Compiler}\n")
     (tmp_path / "toolchain/pipeline.py").write_text(
         "STAGES = (Stage('export', f, 'd', 'graph'), *COMPILERS, Stage('report', f, 'd', 'build', False))\n")
     assert pipeline_stages(tmp_path) == [("export", "graph", True), ("compile", "graph@chip", True),

@@ -41,16 +41,16 @@ def test_the_key_follows_inputs_settings_and_code(tmp_path, monkeypatch):
     Path("in.onnx").write_bytes(b"a")
 
     def key(**change):
-        material = {"task": "compile:m/g@C", "action": {"function": "toolchain.backends.ort_qnn.compile:build"},
-                    "code": "toolchain.backends.ort_qnn.compile", "inputs": ["in.onnx"], "settings": [{"o": 3}],
+        material = {"task": "compile:m/g@C", "action": {"function": "toolchain.compilers.ort_qnn.compile:build"},
+                    "code": "toolchain.compilers.ort_qnn.compile", "inputs": ["in.onnx"], "settings": [{"o": 3}],
                     "outputs": ["o"]}
         return cache.key(cache.key_material(**{**material, **change}))
     first = key()
     assert key() == first and key(settings=[{"o": 2}]) != first and key(code="toolchain.stages.verify") != first
     Path("in.onnx").write_bytes(b"b")
     assert key() != first
-    assert {"backends/ort_qnn/compile.py", "backends/ort_qnn/ep.py", "qnn/qnnbin.py", "engine/run/worker.py"} <= set(
-        cache.code_digest("toolchain.backends.ort_qnn.compile"))
+    assert {"compilers/ort_qnn/compile.py", "compilers/ort_qnn/ep.py", "qnn/qnnbin.py", "engine/run/worker.py"} <= set(
+        cache.code_digest("toolchain.compilers.ort_qnn.compile"))
 
 
 def test_the_store_restores_all_outputs_or_none(tmp_path, monkeypatch, capsys):

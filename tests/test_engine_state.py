@@ -193,7 +193,7 @@ def test_an_edit_that_keeps_size_and_mtime_is_seen_by_its_ctime(tmp_path, monkey
 def test_the_compiler_is_asked_its_version_again_only_when_its_file_changed(tmp_path, monkeypatch):
     """modellib's settings name the C compiler by `cc --version`: asked once, then recalled by the binary's stamp
     from build/.stamps.json in later runs; a new compiler file (an upgrade: new inode, ctime) is asked again."""
-    from toolchain.backends.ort_qnn import modellib
+    from toolchain.compilers.ort_qnn import modellib
     from toolchain.engine.state import stamps
     monkeypatch.chdir(tmp_path)
     (tmp_path / "build").mkdir()

@@ -114,7 +114,7 @@ def test_silero_vad_builds_verifies_its_own_state_loop_and_ships_a_bundle_an_app
 
     import numpy as np
 
-    from toolchain.backends.ort_qnn import ep
+    from toolchain.compilers.ort_qnn import ep
     from toolchain.engine.run.worker import load_module
     model = install(project, "silero-vad", "silero_vad_npu", None, "speech-en")
     records = build_and_check(project, model, "vad", "max_boundary_chunks")

@@ -10,7 +10,7 @@ import types
 import pytest
 from conftest import ONE_CHIP, Project
 
-from toolchain.backends.ort_qnn import ep as ort_qnn
+from toolchain.compilers.ort_qnn import ep as ort_qnn
 
 CHAIN = ["checkpoint:{m}", "export:{m}/net", "simplify:{m}/net", "inspect:{m}/net", "parity:{m}",
          "compile:{m}/net@SM8550", "compile:{m}/net@SM8750", "verify:{m}@SM8550", "verify:{m}@SM8750",

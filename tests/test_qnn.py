@@ -11,7 +11,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from toolchain.backends.ort_qnn import ep as ort_qnn
+from toolchain.compilers.ort_qnn import ep as ort_qnn
 from toolchain.qnn import qnnbin
 from toolchain.qnn.qnnbin import Tensor
 from toolchain.qnn.qnnrun import QnnModel

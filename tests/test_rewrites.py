@@ -10,7 +10,7 @@ import onnx
 import pytest
 from conftest import FIXTURES
 
-from toolchain.backends.ort_qnn import ep
+from toolchain.compilers.ort_qnn import ep
 from toolchain.rewrites import known_wrong, library
 from toolchain.spec import chips
 

@@ -10,7 +10,7 @@ import pytest
 from onnx import helper as h
 from test_rewrites import LEGALIZE, cpu, feeds_of, options
 
-from toolchain.backends.ort_qnn import ep
+from toolchain.compilers.ort_qnn import ep
 from toolchain.rewrites import library, rank
 from toolchain.rewrites.view import GraphView
 

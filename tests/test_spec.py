@@ -394,3 +394,16 @@ def test_a_precision_knows_its_bound_and_stays_the_string_records_write():
     assert Precision.FP16 == "fp16" and json.dumps({"p": Precision.W8A16}) == '{"p": "w8a16"}'
     with pytest.raises(ValueError):
         Precision("int8")
+
+
+def test_the_compiler_key_and_its_old_name(project, tiny_spec, capsys):
+    """`compiler =` names what compilers/ holds; a spec of 0.16 says `toolchain =`: read the same, said once on
+    stderr; both at once is refused naming the old one."""
+    project.edit("models/tiny.toml", 'module = "tinynet"', 'module = "tinynet"\ncompiler = "qairt"')
+    assert load(tiny_spec).compiler == "qairt" and "toolchain" not in capsys.readouterr().err
+    project.edit("models/tiny.toml", 'compiler = "qairt"', 'toolchain = "qairt"')
+    assert load(tiny_spec).compiler == "qairt"
+    assert "tiny.toml: toolchain: now called compiler" in capsys.readouterr().err
+    project.edit("models/tiny.toml", 'toolchain = "qairt"', 'toolchain = "qairt"\ncompiler = "qairt"')
+    with pytest.raises(SpecError, match=r"tiny.toml: toolchain: the old name of `compiler`"):
+        load(tiny_spec)

@@ -96,7 +96,7 @@ def parity_group_log(model, group: str) -> str:
 def toolchain_dir(model, family: str = "") -> str:
     """A toolchain's outputs of one model; a QAIRT family other than the default gets its own folder beside it
     (`ort-qnn-qairt2.49`), so the default build's paths never move."""
-    return f"{BUILD}/{model.name}/{model.toolchain}" + (f"-qairt{family}" if family else "")
+    return f"{BUILD}/{model.name}/{model.compiler}" + (f"-qairt{family}" if family else "")
 
 
 def chip_dir(model, chip) -> str:
@@ -124,7 +124,7 @@ def compile_record(model, graph, chip) -> str:
 
 
 def shared_dir(model, chip) -> str:
-    """A model's window graphs in one context binary whose weights are stored once (backends/ort_qnn/share.py)."""
+    """A model's window graphs in one context binary whose weights are stored once (compilers/ort_qnn/share.py)."""
     return f"{chip_dir(model, chip)}/shared"
 
 

@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Mapping
 
-from toolchain import backends, pipeline
+from toolchain import compilers, pipeline
 from toolchain.deploy import chip_index
 from toolchain.engine import cache
 from toolchain.engine.cache import sign
@@ -60,7 +60,7 @@ TABLE: tuple[Option, ...] = (
     Option("extra", flag, False, "1: add the opt-in models of models/extra/", examples=("0", "1")),
     Option("corpus", flag, False, "1: add the corpus of real models from packages, models/corpus/ (docs/corpus.md)",
            examples=("0", "1")),
-    Option("qairt", backends.check_families, "", "build this run for other QAIRT families: versions or runtime "
+    Option("qairt", compilers.check_families, "", "build this run for other QAIRT families: versions or runtime "
            "versions, a comma list, or all (docs/qairt-families.md)", examples=("2.49", "2.47,2.51")),
     # how it runs
     Option("jobs", integer(1), os.cpu_count() or 1, "steps at once by default (doit's -n overrides it)",
@@ -97,7 +97,7 @@ TABLE: tuple[Option, ...] = (
     Option("cache_password", text, None, "basic-auth password (never printed)", env="QNN_CACHE_PASSWORD",
            variable=False, examples=("pw-a", "pw-b"), secret=True),
     # the QAIRT SDK and an attached phone (docs/phone.md)
-    Option("sdk", text, None, "the unzipped QAIRT SDK (toolchain = \"qairt\", and the phone's libraries)",
+    Option("sdk", text, None, "the unzipped QAIRT SDK (compiler = \"qairt\", and the phone's libraries)",
            env="QNN_SDK_ROOT", examples=("/opt/qairt-a", "/opt/qairt-b")),
     Option("qairt_python", text, "python3.10", "the Python the QAIRT converter runs with", env="QAIRT_PYTHON",
            variable=False, examples=("/usr/bin/python3", "python3.12")),

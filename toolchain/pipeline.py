@@ -1,6 +1,6 @@
 """The pipeline: every stage in run order, the one list `dodo.py`, `doit`'s default tasks, the `model:` /
 `chip:` aliases and the concurrency slots are made from. A new stage is one module plus one line here
-(or in its compiler's `stages`, backends/<name>/__init__.py, placed where COMPILERS stands)."""
+(or in its compiler's `stages`, compilers/<name>/__init__.py, placed where COMPILERS stands)."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,7 +9,7 @@ import sys
 import types
 from inspect import Signature, isfunction, signature
 
-from toolchain import artifacts, backends
+from toolchain import artifacts, compilers
 from toolchain.deploy import bundle, chip_index, runtime, sherpa
 from toolchain.engine import cache
 from toolchain.engine.cache import sign
@@ -40,7 +40,7 @@ def _compiler_stages() -> tuple:
     """Each compiler's own stages in run order; a stage two compilers both have (the design card's `convert` and
     `modellib`) is one doit stage whose tasks are both compilers' (task names hold the model, so they never clash)."""
     merged: dict[str, Stage] = {}
-    for backend in backends.REGISTRY.values():
+    for backend in compilers.REGISTRY.values():
         for stage in backend.stages:
             known = merged.get(stage.name)
             if known is None:
@@ -92,7 +92,7 @@ STAGES = (
     Stage("manifest", manifest.tasks, "JSON record next to each chip's binaries, per model and chip.", "model@chip",
           output_kind=RESULT),
     Stage("runtime", runtime.tasks, "QNN runtime libraries an app ships (names, versions, license terms), "
-          "per toolchain and chip.", "toolchain@chip", default=False),
+          "per compiler and chip.", "compiler@chip", default=False),
     Stage("bundle", bundle.tasks, "Phone bundles (.tar.bz2: onnxruntime EPContext; sherpa-onnx where its contract "
           "holds), per model and chip.", "model@chip", default=False, output_kind=RESULT),
     Stage("sherpa", functools.partial(sherpa.tasks, tier="default"),
@@ -281,7 +281,7 @@ def model_aliases(project: Project, made: dict):
     owned = _owned(made, 0)
     for model in project.models:
         deps = owned.get(model.name, [])
-        yield {"name": model.name, "doc": f"every task of {model.name} (toolchain {model.toolchain}), then "
+        yield {"name": model.name, "doc": f"every task of {model.name} (compiler {model.compiler}), then "
                                           f"{artifacts.model_report(model)}",
                "task_dep": deps, **report.of_part(project, [(m, c) for m, c in project.model_chips() if m is model],
                                                   artifacts.model_report(model))}

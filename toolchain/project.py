@@ -7,7 +7,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from toolchain import backends, spec
+from toolchain import compilers, spec
 from toolchain.deploy import sherpa
 from toolchain.engine.options import Options
 from toolchain.errors import SpecError
@@ -39,9 +39,9 @@ def load(models_dir: str | Path, options: Options) -> Project:
             if problem:
                 raise SpecError(f"{model.spec_file}: graphs.{graph.name}.rewrite: {problem}")
         modelcode.check(model)   # the model file against the model-code protocol: no typo, no hook missing
-    models, compilers = with_compilers(models, chips, options)
-    return Project(models=models, chips=chips, compilers=compilers, full_chips=wanted,
-                   gated=frozenset(m.name for m in models if sherpa.wanted(m, compilers[m.toolchain])),
+    models, found = with_compilers(models, chips, options)
+    return Project(models=models, chips=chips, compilers=found, full_chips=wanted,
+                   gated=frozenset(m.name for m in models if sherpa.wanted(m, found[m.compiler])),
                    options=options)
 
 
@@ -61,28 +61,28 @@ def spec_files(folder: Path) -> list[Path]:
 def with_compilers(models, chips: dict, options: Options) -> tuple[tuple, dict[str, Compiler]]:
     """Each model with its compiler: "auto" resolved (and said on stdout, with the reason), the name
     checked, what the compiler cannot build refused, each compiler preflighted once for its models."""
-    auto = backends.choose_auto(options["sdk"]) if any(m.toolchain == AUTO for m in models) else None
+    auto = compilers.choose_auto(options["sdk"]) if any(m.compiler == AUTO for m in models) else None
     qairt = options["qairt"]
     if auto:
-        print(f'toolchain = "auto" -> {auto[0]}: {auto[1]}')
+        print(f'compiler = "auto" -> {auto[0]}: {auto[1]}')
     instances: dict[str, Compiler] = {}
     resolved = []
     for model in models:
-        name = auto[0] if auto and model.toolchain == AUTO else model.toolchain
-        if name not in backends.REGISTRY:
+        name = auto[0] if auto and model.compiler == AUTO else model.compiler
+        if name not in compilers.REGISTRY:
             import difflib  # for an error's suggestion only: not at every load
-            close = difflib.get_close_matches(name, backends.REGISTRY, n=1)
-            hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join([*backends.REGISTRY, AUTO])}"
-            raise SpecError(f"{model.spec_file}: toolchain: unknown compiler {name!r}; {hint}")
-        backend = instances.setdefault(name, backends.REGISTRY[name]())
-        for field, reason in backend.spec_problems(model):
-            raise SpecError(f"{model.spec_file}: {field}: {reason} (toolchain {name})")
-        model = dataclasses.replace(model, toolchain=name)
+            close = difflib.get_close_matches(name, compilers.REGISTRY, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join([*compilers.REGISTRY, AUTO])}"
+            raise SpecError(f"{model.spec_file}: compiler: unknown compiler {name!r}; {hint}")
+        compiler = instances.setdefault(name, compilers.REGISTRY[name]())
+        for field, reason in compiler.spec_problems(model):
+            raise SpecError(f"{model.spec_file}: {field}: {reason} (compiler {name})")
+        model = dataclasses.replace(model, compiler=name)
         try:
-            families = backend.families(model, qairt)
+            families = compiler.families(model, qairt)
         except ValueError as err:
             raise SpecError(str(err)) from None
         resolved.append(dataclasses.replace(model, qairt=families))
-    for name, backend in instances.items():
-        backend.preflight([m for m in resolved if m.toolchain == name], chips, options)
+    for name, compiler in instances.items():
+        compiler.preflight([m for m in resolved if m.compiler == name], chips, options)
     return tuple(resolved), instances

@@ -32,7 +32,7 @@ def plan(model: Model, compiler: Compiler) -> dict:
     graphs = {g.name: compiler.runtime_view(g) for g in model.graphs}
     family, reasons = sherpa_contract.problems(model.name, graphs, tokens)
     ort = None if compiler.emits_context_model else (
-        f"{model.toolchain}-built context binaries come without an EPContext ONNX model; wrapping them "
+        f"{model.compiler}-built context binaries come without an EPContext ONNX model; wrapping them "
         "(onnxruntime's gen_qnn_ctx_onnx_model.py) is not done here, since no real QAIRT binary could be tested")
     return {"tokens": tokens, "family": family, "sherpa_reasons": reasons, "ort_reason": ort}
 
@@ -50,9 +50,9 @@ def tasks(project: Project):
                            if compiler.emits_context_model else None}
                   for g in model.graphs}
         kwargs: dict[str, Any] = {
-                  "model": model.name, "chip": chip.record(), "toolchain": model.toolchain, "graphs": graphs,
+                  "model": model.name, "chip": chip.record(), "toolchain": model.compiler, "graphs": graphs,
                   "manifest": artifacts.manifest(model, chip),
-                  "runtime": artifacts.runtime_record(model.toolchain, chip),
+                  "runtime": artifacts.runtime_record(model.compiler, chip),
                   "module_file": model.module_file, "data_dir": model.data_dir, "plan": p,
                   "io": {g.name: io_record(g) for g in model.graphs},
                   "ort_out": None if p["ort_reason"] else artifacts.ort_bundle(model, chip),

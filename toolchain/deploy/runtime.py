@@ -21,19 +21,19 @@ ADSP_DEFAULTS = "/vendor/lib/rfsa/adsp;/vendor/dsp/cdsp;/vendor/dsp;/system/lib/
 
 
 def tasks(project: Project):
-    wanted = {(m.toolchain, c.tag): (project.compiler(m), c) for m, c in project.model_chips()}
-    for (toolchain, _), (backend, chip) in sorted(wanted.items(), key=lambda item: item[0]):
-        sdk = backend.identity() if backend.sdk_root() else None   # an SDK folder holds the device libraries
+    wanted = {(m.compiler, c.tag): (project.compiler(m), c) for m, c in project.model_chips()}
+    for (toolchain, _), (compiler, chip) in sorted(wanted.items(), key=lambda item: item[0]):
+        sdk = compiler.identity() if compiler.sdk_root() else None   # an SDK folder holds the device libraries
         files = [f"{sdk['root']}/{rel}" for rel in _layout(chip.htp_arch).values()] if sdk else []
         kwargs = {"toolchain": toolchain, "chip": chip.record(), "sdk": sdk,
                   "out": artifacts.runtime_record(toolchain, chip)}
-        own = {"wheel": backend.identity(chip)} if chip.family else {}   # another QAIRT family's wheel pair
+        own = {"wheel": compiler.identity(chip)} if chip.family else {}   # another QAIRT family's wheel pair
         yield {"name": f"{toolchain}@{chip.tag}",
                "doc": f"QNN runtime libraries for {chip.name} (v{chip.htp_arch}) from the {toolchain} toolchain"
                       + (f", QAIRT {chip.family}" if chip.family else ""),
                "file_dep": [f for f in files if os.path.isfile(f)], "targets": [kwargs["out"]], "clean": True,
-               "actions": [(in_process, (write,), {**kwargs, "version": backend.sdk_version(chip), **own})],
-               "uptodate": [config_changed({**kwargs, "tool": backend.identity(chip)})]}
+               "actions": [(in_process, (write,), {**kwargs, "version": compiler.sdk_version(chip), **own})],
+               "uptodate": [config_changed({**kwargs, "tool": compiler.identity(chip)})]}
 
 
 def _layout(arch: int) -> dict[str, str]:

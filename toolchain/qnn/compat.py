@@ -1,5 +1,5 @@
 """Which QNN runtime loads which context binary: the load rule, measured (docs/qairt-families.md, 75 runs on 3 chips;
-tests/test_backend_families.py holds it). A runtime loads binaries built with its own QAIRT family or an older one and
+tests/test_compiler_families.py holds it). A runtime loads binaries built with its own QAIRT family or an older one and
 refuses any built with a newer one, even one release newer (context creation: QNN_CONTEXT_ERROR_INVALID_ARGUMENT).
 Families are QAIRT major.minor; a binary's family is in its build id (v2.51.0.260929181845 -> 2.51). Beware: a
 binary's QNN *core API* version (2.40.0 for QAIRT 2.51) is not a QAIRT version."""
@@ -50,4 +50,4 @@ def sherpa_note(build_id: str) -> str:
     name = family(build_id)
     return (f"sherpa-onnx's released apps ship QNN runtime libraries of QAIRT {SHERPA_APPS} and will refuse these "
             f"binaries (built with QAIRT {name}); ship QNN libraries of QAIRT >= {name} with the app instead of "
-            f"theirs, or build with a QAIRT SDK {family(SHERPA_APPS)} (toolchain = \"qairt\", QNN_SDK_ROOT)")
+            f"theirs, or build with a QAIRT SDK {family(SHERPA_APPS)} (compiler = \"qairt\", QNN_SDK_ROOT)")

@@ -1,7 +1,7 @@
 """Inspect QNN HTP context binaries (.bin) and the bundled QNN HTP backend, via ctypes and the clear-text config.
 
 It also holds the ctypes declarations of the QNN C API (structs, function types, the interface table; LP64, from
-the documented headers) that qnnrun.py and backends/ort_qnn/context.py share."""
+the documented headers) that qnnrun.py and compilers/ort_qnn/context.py share."""
 from __future__ import annotations
 
 import ctypes as C
@@ -166,7 +166,7 @@ def dlopen_quiet(path: str) -> C.CDLL:
 
     The pitfall (docs/qairt-families.md): libQnnHtp.so loaded through ctypes before this process has loaded onnxruntime
     (or numpy) makes the process's first QNN EP session segfault (exit 139 in _create_inference_session; measured
-    with the pinned wheel, tests/test_backend_families.py). Loading onnxruntime first makes every later order safe."""
+    with the pinned wheel, tests/test_compiler_families.py). Loading onnxruntime first makes every later order safe."""
     if os.path.basename(path).startswith("libQnnHtp"):
         import onnxruntime  # noqa: F401  (its native libraries first: see above)
     sys.stdout.flush()

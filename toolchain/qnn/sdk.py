@@ -1,5 +1,5 @@
 """The QAIRT SDK's layout ($QNN_SDK_ROOT): where its tools and host libraries are, whether a tree is complete,
-and its build id. The QAIRT compiler (backends/qairt) and the phone (phone/device.py) both read it."""
+and its build id. The QAIRT compiler (compilers/qairt) and the phone (phone/device.py) both read it."""
 from __future__ import annotations
 
 import json

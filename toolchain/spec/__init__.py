@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -113,11 +114,11 @@ def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
     bundle_name = top.opt("bundle_name", str, name)
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", bundle_name):
         top.fail("bundle_name", f"{bundle_name!r}: letters, digits, '.', '_' and '-' only (it names a file)")
-    toolchain = top.opt("toolchain", str, "ort-qnn")   # checked against the registered compilers by project.py
+    compiler = _compiler(top, file)   # checked against the registered compilers by project.py
     top.done()
     return Model(name=name, spec_file=file, module_file=str(module_file), description=description,
                  bundle_name=bundle_name, uses=uses, requires=requires, license=Settings(license_),
-                 toolchain=toolchain, chips=chip_names, checkpoint=checkpoint, data_dir=data_dir,
+                 compiler=compiler, chips=chip_names, checkpoint=checkpoint, data_dir=data_dir,
                  export=Settings(export_settings), compile=Settings(compile_settings),
                  parity=Settings(parity_settings), verify=Settings(verify_settings), metric=metric, graphs=graphs,
                  verify_written=verify_written, windows=windows_record)
@@ -174,7 +175,7 @@ def _compile(comp: Table) -> dict:
                 "max_fp16_params": comp.opt("max_fp16_params", int, 1_000_000_000)}
     # The QNN runtime the app ships (runtime_qairt = "2.49.40") or the QAIRT families to build (qairt = [...]):
     # kept as written only when given (a spec without them keeps its settings); the compiler resolves and checks
-    # them at load (backends/ort_qnn/families.py).
+    # them at load (compilers/ort_qnn/families.py).
     for key, kind in (("runtime_qairt", str), ("qairt", list)):
         value = comp.opt(key, kind, None)
         if value is not None:
@@ -253,3 +254,15 @@ def _graphs(top: Table, checkpoint, chip_names: tuple, chips: dict, here: Path) 
                                   f"'{graph.name}' has precision = \"fp16\": drop {chip} from chips, "
                                   f"or declare the graph precision = \"w8a16\" (8-bit weights)")
     return graphs
+
+
+def _compiler(top: Table, file: str) -> str:
+    """`compiler = "ort-qnn" | "qairt" | "auto"`; a spec of 0.16 or older says `toolchain =`: read, and said
+    once on stderr (both keys: refused)."""
+    if "toolchain" in top.data:
+        if "compiler" in top.data:
+            top.fail("toolchain", "the old name of `compiler`: write `compiler` only")
+        print(f"{file}: toolchain: now called compiler (read as compiler = {top.data['toolchain']!r}; rename the "
+              "key)", file=sys.stderr)
+        return top.opt("toolchain", str, "ort-qnn")
+    return top.opt("compiler", str, "ort-qnn")

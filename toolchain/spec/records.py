@@ -35,7 +35,7 @@ class Precision(StrEnum):
 
 
 PRECISIONS = tuple(p.value for p in Precision)
-AUTO = "auto"   # toolchain = "auto": the QAIRT SDK when $QNN_SDK_ROOT is a complete one (project.py says which)
+AUTO = "auto"   # compiler = "auto": the QAIRT SDK when $QNN_SDK_ROOT is a complete one (project.py says which)
 ANDROID_LIBS = ("auto", "required", "off")   # QAIRT aarch64-android model libs: with an NDK / always / never
 # The formats the shipped model code reads; a spec may name any other: it is passed to the model code's
 # prepare_checkpoint(), which accepts or refuses it (a ValueError there is one line naming the spec).
@@ -73,7 +73,7 @@ class Graph:
     # for an external exporter (icefall, NeMo wrappers), or ("onnx", path, sha256, origin) for a given file.
     source: tuple | None = None
     # [graphs.<g>.compile]: this graph's own compiler options as declared (e.g. ep_options = {...});
-    # the model's compiler checks the names and values at load (backends/*/__init__.py spec_problems)
+    # the model's compiler checks the names and values at load (compilers/*/__init__.py spec_problems)
     compile: Settings = Settings(())
     # spec/streams.py: per-output checks, state pairs {output: input} and the stream geometry ({} = none)
     checks: Settings = Settings(())
@@ -102,7 +102,7 @@ class Model:
     module_file: str      # the model's own export code
     description: str
     license: Settings
-    toolchain: str        # a registered compiler's name, or "auto" until project.py resolves it
+    compiler: str         # a registered compiler's name ("auto" only until project.py resolves it)
     chips: tuple[str, ...]
     checkpoint: Checkpoint | None   # None: every graph's ONNX comes from a declared command or file
     data_dir: str | None

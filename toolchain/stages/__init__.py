@@ -23,7 +23,7 @@ from toolchain.spec.records import Graph, Model
 # what a later step does with a stage's outputs: reads and checks them (data), believes them (result: a check's
 # record, a bundle shipped as built), or runs them (code); engine/cache/__init__.py's KINDS
 OUTPUT_KINDS = ("data", "result", "code")
-SCOPES = ("model", "graph", "graph@chip", "model@chip", "toolchain@chip", "qairt", "build", "phone")
+SCOPES = ("model", "graph", "graph@chip", "model@chip", "compiler@chip", "qairt", "build", "phone")
 
 
 @dataclass(frozen=True)
@@ -51,11 +51,11 @@ class Stage:
 
 
 class Compiler(ABC):
-    """What a spec's `toolchain =` names (backends/<name>/): one subclass per compiler. Stages, bundles and the
+    """What a spec's `compiler =` names (compilers/<name>/): one subclass per compiler. Stages, bundles and the
     phone code ask these questions of `project.compiler(model)`, never of a compiler's name; a third compiler is
-    one folder implementing this class plus one line in backends/__init__.py."""
+    one folder implementing this class plus one line in compilers/__init__.py."""
 
-    name = ""                    # what a spec's `toolchain =` says; names build/<model>/<name>/
+    name = ""                    # what a spec's `compiler =` says; names build/<model>/<name>/
     binary_suffix = ""           # <graph><suffix>.bin: the file name the compiler gives a context binary
     emits_context_model = False  # writes an onnxruntime EPContext .onnx beside each binary
     calibration_layout = "onnx"  # "onnx" or "qnn": the axes order its quantizer reads raw calibration files in
@@ -137,7 +137,7 @@ class Project:
 
     models: tuple[Model, ...]
     chips: dict[str, Chip]
-    compilers: dict[str, Compiler]   # a loaded model's `toolchain` (resolved: never "auto") -> its compiler
+    compilers: dict[str, Compiler]   # a loaded model's `compiler` (resolved: never "auto") -> its class
     full_chips: tuple[str, ...]   # full verification tier asked for on the command line
     gated: frozenset = frozenset()   # models whose deployed runtime's own loop is their full tier (deploy/sherpa.py)
     options: Options = Options({})   # this run's settings (toolchain/options.py), resolved once when dodo.py loads
@@ -145,7 +145,7 @@ class Project:
 
     def compiler(self, model: Model) -> Compiler:
         """The compiler that builds `model`."""
-        return self.compilers[model.toolchain]
+        return self.compilers[model.compiler]
 
     def data_files(self, model: Model) -> list[str]:
         """Every file of the model's data folder (its checks depend on all of them), listed once per load:
@@ -154,22 +154,22 @@ class Project:
             self.listed[model.data_dir] = modeldata.data_files(model.data_dir)
         return list(self.listed[model.data_dir])
 
-    def models_of(self, toolchain: str) -> list[Model]:
-        """The models that build with `toolchain` (a compiler's own stages take only these)."""
-        return [m for m in self.models if m.toolchain == toolchain]
+    def models_of(self, compiler: str) -> list[Model]:
+        """The models that build with `compiler` (a compiler's own stages take only these)."""
+        return [m for m in self.models if m.compiler == compiler]
 
-    def model_chips(self, toolchain: str | None = None) -> Iterator[tuple[Model, Chip]]:
+    def model_chips(self, compiler: str | None = None) -> Iterator[tuple[Model, Chip]]:
         """(model, chip) for every chip a model targets (of one compiler's models, if given), once per QAIRT family
         it builds: a non-default family's chip carries it (chip.family; its tasks are named @<CHIP>+qairt<family>)."""
-        for model in self.models if toolchain is None else self.models_of(toolchain):
+        for model in self.models if compiler is None else self.models_of(compiler):
             for family in model.qairt or ("",):
                 for name in model.chips:
                     chip = self.chips[name]
                     yield model, (dataclasses.replace(chip, family=family) if family else chip)
 
-    def graph_chips(self, toolchain: str | None = None) -> Iterator[tuple[Model, Graph, Chip]]:
+    def graph_chips(self, compiler: str | None = None) -> Iterator[tuple[Model, Graph, Chip]]:
         """(model, graph, chip) for every compiled binary."""
-        for model, chip in self.model_chips(toolchain):
+        for model, chip in self.model_chips(compiler):
             for graph in model.graphs:
                 yield model, graph, chip
 

@@ -34,8 +34,8 @@ FLOATS = (1, 10)   # onnx.TensorProto.FLOAT, FLOAT16: the tensors compared (not 
 
 def tasks(project: Project):
     for model, chip in project.model_chips():
-        backend = project.compiler(model)
-        cut = pieces(model, backend, chip)
+        compiler = project.compiler(model)
+        cut = pieces(model, compiler, chip)
         if not cut:
             continue   # a compiler or precision that cannot compile cut pieces (the task would do nothing)
         graphs = {g.name: artifacts.simplified(model, g) for g in model.graphs}
@@ -48,15 +48,15 @@ def tasks(project: Project):
         yield {"name": f"{model.name}@{chip.tag}",
                "doc": f"{model.name} on {chip.name}: the first op whose simulator output departs from the CPU",
                "file_dep": [*model.code_files, *graphs.values(), *project.data_files(model),
-                            *backend.tool_files(chip)],
+                            *compiler.tool_files(chip)],
                "targets": [out, log], "clean": True,
                "actions": [(run, (locate, kwargs, log)), (in_process, (summary, out))],
                "uptodate": [config_changed({"thresholds": thresholds, "clips": list(model.verify["clips"]),
-                                            **backend.verify_settings(model, chip, "default")})]}
+                                            **compiler.verify_settings(model, chip, "default")})]}
 
 
 def pieces(model: Model, compiler: Compiler, chip: Chip) -> dict | None:
-    """{graph: [factory, kwargs]} compiling a cut of each graph (backend.piece_runner), or None when the
+    """{graph: [factory, kwargs]} compiling a cut of each graph (compiler.piece_runner), or None when the
     compiler cannot for some graph."""
     found = {g.name: compiler.piece_runner(model, g, chip) for g in model.graphs}
     return {g: list(p) for g, p in found.items() if p} if all(found.values()) else None

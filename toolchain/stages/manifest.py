@@ -28,7 +28,7 @@ def tasks(project: Project):
                                "format": model.checkpoint.format} if model.checkpoint else
                 {"origin": "the graphs' declared sources",
                  "sources": {g.name: list(g.source or ()) for g in model.graphs}},
-                "chip": {**chip.record(), "marketing": chip.marketing}, "toolchain": model.toolchain,
+                "chip": {**chip.record(), "marketing": chip.marketing}, "toolchain": model.compiler,
                 "precision": {g.name: g.precision for g in model.graphs},
                 "tools": {"simplify": simplify.tool_version(), "compiler": project.compiler(model).identity(chip)},
                 "runtime_libraries": project.compiler(model).runtime_libraries(chip)}

@@ -43,13 +43,13 @@ def tasks(project: Project, tier: str):
     for model, chip in project.model_chips():
         if tier == "full" and project.runtime_gate(model):   # its full tier is the runtime's own loop
             continue
-        backend, settings = project.compiler(model), model.verify
-        cut = diagnose.pieces(model, backend, chip)
+        compiler, settings = project.compiler(model), model.verify
+        cut = diagnose.pieces(model, compiler, chip)
         clips = () if tier == "full" else settings["clips"]
         graphs = {g.name: {"onnx": artifacts.simplified(model, g),
-                           "binary": artifacts.context_binary(model, g, chip, backend.binary_suffix),
+                           "binary": artifacts.context_binary(model, g, chip, compiler.binary_suffix),
                            "record": artifacts.compile_record(model, g, chip)} for g in model.graphs}
-        if backend.emits_context_model:
+        if compiler.emits_context_model:
             for g in model.graphs:
                 graphs[g.name]["context"] = artifacts.context_model(model, g, chip)
         out, log = artifacts.verified(model, chip, tier), artifacts.verify_log(model, chip, tier)
@@ -62,7 +62,7 @@ def tasks(project: Project, tier: str):
         if any(g.stream for g in model.graphs):
             checks["streams"] = {g.name: stream.contract(g) for g in model.graphs if g.stream}
         kwargs = {"module_file": model.module_file, "graphs": graphs, "data_dir": model.data_dir,
-                  "simulators": {g.name: list(backend.simulator(model, g, chip, tier)) for g in model.graphs},
+                  "simulators": {g.name: list(compiler.simulator(model, g, chip, tier)) for g in model.graphs},
                   "checks": checks, "out": out, "io": {g.name: io_record(g) for g in model.graphs},
                   "spec": model.spec_file,
                   "outputs": {g.name: measures.output_checks(g, settings) for g in model.graphs},
@@ -79,14 +79,14 @@ def tasks(project: Project, tier: str):
             said[model.name] = inputs_said(model, clips)
         what = said[model.name]
         yield {"name": f"{model.name}@{chip.tag}",
-               "doc": f"{model.name} on {chip.tag}: {backend.verify_runner_name()} vs CPU ONNX, {tier} tier ({what})",
+               "doc": f"{model.name} on {chip.tag}: {compiler.verify_runner_name()} vs CPU ONNX, {tier} tier ({what})",
                "file_dep": [*model.code_files, *[p for g in graphs.values() for p in g.values()],
-                            *project.data_files(model), *backend.tool_files(chip)],
+                            *project.data_files(model), *compiler.tool_files(chip)],
                # the model's own CPU measures (task metric, stream loops) pass before the simulator is paid
                "task_dep": [f"parity:{model.name}"] if parity.available(model) else [],
                "targets": [out, log], "clean": True,
                "actions": [(run, (check, kwargs, log))],
-               "uptodate": [config_changed({"checks": checks, **backend.verify_settings(model, chip, tier)})]}
+               "uptodate": [config_changed({"checks": checks, **compiler.verify_settings(model, chip, tier)})]}
 
 
 def inputs_said(model, clips: tuple) -> str:
@@ -108,7 +108,7 @@ def inputs_said(model, clips: tuple) -> str:
 def check(module_file: str, graphs: dict, data_dir, simulators: dict, checks: Checks, out: str, io: dict, *,
           outputs: dict, sources: dict, thresholds: dict, spec: str = "", hint: str = "", pieces: dict | None = None,
           streams: dict | None = None, precisions: dict | None = None) -> None:
-    """Every graph's simulator run (the backend's runner) against the CPU ONNX on the same feeds; each
+    """Every graph's simulator run (the compiler's runner) against the CPU ONNX on the same feeds; each
     stateful graph's stream run by both, each feeding back its own state. The record is written either
     way (status "failed" with every output's numbers); a failure names the output, the call and the bound."""
     started = time.monotonic()

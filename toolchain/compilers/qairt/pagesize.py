@@ -7,7 +7,7 @@ import struct
 from doit.tools import config_changed
 
 from toolchain import artifacts
-from toolchain.backends.qairt import tools
+from toolchain.compilers.qairt import tools
 from toolchain.engine.files import atomic_path, sha256, write_json
 from toolchain.engine.run.worker import in_process
 from toolchain.errors import StageFailed

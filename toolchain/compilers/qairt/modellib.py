@@ -4,7 +4,7 @@ from __future__ import annotations
 from doit.tools import config_changed
 
 from toolchain import artifacts
-from toolchain.backends.qairt import tools
+from toolchain.compilers.qairt import tools
 from toolchain.engine.run import external
 from toolchain.stages import Project
 

@@ -7,7 +7,7 @@ import json
 from doit.tools import config_changed
 
 from toolchain import artifacts
-from toolchain.backends.qairt import tools
+from toolchain.compilers.qairt import tools
 from toolchain.engine.files import atomic_path
 from toolchain.engine.run.worker import in_process
 from toolchain.spec.chips import ChipRecord

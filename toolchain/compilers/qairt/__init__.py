@@ -4,7 +4,7 @@ chip, read back; qnn-net-run is its simulator runner. The SDK is preflighted at 
 from __future__ import annotations
 
 from toolchain import artifacts, stages
-from toolchain.backends.qairt import (
+from toolchain.compilers.qairt import (
     context,
     convert,
     htpconfig,

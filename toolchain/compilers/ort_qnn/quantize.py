@@ -17,7 +17,7 @@ from __future__ import annotations
 from doit.tools import config_changed
 
 from toolchain import artifacts
-from toolchain.backends.ort_qnn import ep
+from toolchain.compilers.ort_qnn import ep
 from toolchain.engine import versions
 from toolchain.engine.files import atomic_path
 from toolchain.engine.run.worker import run

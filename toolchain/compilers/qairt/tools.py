@@ -160,7 +160,7 @@ def preflight(models, chips: dict, root: str | None, python: str) -> Sdk:
                         f"(compile.android_libs = \"required\"): install the Android NDK (sherpa-onnx uses r29) "
                         f"and export PATH=$ANDROID_NDK_ROOT:$PATH, or set android_libs = \"auto\"")
     if problems:
-        raise SpecError(f"QAIRT preflight failed for {', '.join(m.spec_file for m in models)} (toolchain qairt):"
+        raise SpecError(f"QAIRT preflight failed for {', '.join(m.spec_file for m in models)} (compiler qairt):"
                         + "".join(f"\n  - {p}" for p in problems))
     if not ndk and any(m.compile["android_libs"] == "auto" for m in models):
         print(f"qairt: ndk-build is not on PATH: building {HOST} model libs only, no {ANDROID} libs "

@@ -84,7 +84,7 @@ def device_configs(chip: dict, offset: int = DEVICE_CONFIG_OFFSET) -> ConfigList
 
 # The monolithic-LSTM graph option has no number in any documentation at hand; 17 is the one whose replay gives
 # the EP's own bytes for the seeded LSTM (and sets monolithic_lstm_flag in the binary's config string), found by
-# trying the numbers after the documented ones; the oracle test holds it (tests/test_backend_ort_qnn.py).
+# trying the numbers after the documented ones; the oracle test holds it (tests/test_compiler_ort_qnn.py).
 HTP_GRAPH_MONOLITHIC_LSTM = 17
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from doit.tools import config_changed
 
 from toolchain import artifacts
-from toolchain.backends.ort_qnn.families import TABLE, Family, environ, interpreter, table
+from toolchain.compilers.ort_qnn.families import TABLE, Family, environ, interpreter, table
 from toolchain.engine.files import write_json
 from toolchain.engine.run.worker import in_process
 from toolchain.errors import StageFailed

@@ -14,7 +14,7 @@ from pathlib import Path
 from doit.tools import config_changed
 
 from toolchain import artifacts
-from toolchain.backends.ort_qnn import ep, families
+from toolchain.compilers.ort_qnn import ep, families
 from toolchain.engine.files import sha256
 from toolchain.engine.run import external
 from toolchain.engine.state import stamps

@@ -1,8 +1,8 @@
-"""The compilers a spec's `toolchain =` can name, behind one surface (stages.Compiler).
+"""The compilers a spec's `compiler =` can name, behind one surface (stages.Compiler).
 A new compiler: one folder here implementing stages.Compiler, plus one line in REGISTRY."""
 from __future__ import annotations
 
-from toolchain.backends import ort_qnn, qairt
+from toolchain.compilers import ort_qnn, qairt
 from toolchain.qnn import sdk
 from toolchain.stages import Compiler
 
@@ -21,7 +21,7 @@ def check_families(value: str) -> str:
 
 
 def choose_auto(root: str | None) -> tuple[str, str]:
-    """(compiler, why) for toolchain = "auto": the QAIRT SDK when `root` ($QNN_SDK_ROOT) is a complete one."""
+    """(compiler, why) for compiler = "auto": the QAIRT SDK when `root` ($QNN_SDK_ROOT) is a complete one."""
     if not root:
         return DEFAULT, f"${sdk.ENV_ROOT} is not set"
     problems = sdk.layout_problems(root)

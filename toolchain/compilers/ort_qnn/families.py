@@ -1,7 +1,7 @@
 """QAIRT families (families.toml): which onnxruntime-qnn wheel carries which QAIRT, which runtime loads which binary,
 and where each family's isolated environment is (qairt_env.py, the stage, makes it).
 
-The load rule, measured (docs/qairt-families.md, tests/test_backend_families.py): a QNN runtime loads binaries
+The load rule, measured (docs/qairt-families.md, tests/test_compiler_families.py): a QNN runtime loads binaries
 built with its own QAIRT or an older one and refuses any built with a newer one, even one release newer. So the user
 states the runtime the app ships (`[compile] runtime_qairt`) and the build picks the newest family at or below it."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolchain import artifacts
-from toolchain.backends.ort_qnn import ep
+from toolchain.compilers.ort_qnn import ep
 from toolchain.engine import versions
 from toolchain.qnn import compat
 
@@ -92,7 +92,7 @@ def for_runtime(runtime: str, where: str) -> Family:
             f"{prefix}{runtime}: a QNN runtime of QAIRT {runtime} refuses binaries of every QAIRT this build has "
             f"({', '.join(table())}: the onnxruntime-qnn wheels; a runtime loads only binaries of its own or an older "
             f"QAIRT); ways out: ship QNN runtime libraries of QAIRT >= {oldest} with the app, or build with a real "
-            f"QAIRT SDK of {runtime} (toolchain = \"qairt\", QNN_SDK_ROOT)")
+            f"QAIRT SDK of {runtime} (compiler = \"qairt\", QNN_SDK_ROOT)")
     return max(usable, key=lambda f: key(f.name))
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from doit.tools import config_changed
 
 from toolchain import artifacts
-from toolchain.backends.qairt import tools
+from toolchain.compilers.qairt import tools
 from toolchain.engine.files import atomic_path
 from toolchain.engine.run import external, worker
 from toolchain.errors import StageFailed

@@ -20,7 +20,7 @@ from pathlib import Path
 from doit.tools import config_changed
 
 from toolchain import artifacts
-from toolchain.backends.ort_qnn import ep, families
+from toolchain.compilers.ort_qnn import ep, families
 from toolchain.engine.files import atomic_path, read_json, write_json
 from toolchain.engine.run.worker import run
 from toolchain.errors import StageFailed

@@ -18,7 +18,7 @@ from pathlib import Path
 from doit.tools import config_changed
 
 from toolchain import artifacts
-from toolchain.backends.ort_qnn import ep
+from toolchain.compilers.ort_qnn import ep
 from toolchain.engine.files import atomic_dir, read_json, sha256, write_json
 from toolchain.engine.run.worker import run
 from toolchain.errors import StageFailed

@@ -17,8 +17,8 @@ import sdk_standin as standin
 from conftest import Project, add_qnet, sdk_env
 from doit.tools import config_changed
 
-from toolchain.backends.qairt import readback
-from toolchain.backends.qairt import tools as qairt
+from toolchain.compilers.qairt import readback
+from toolchain.compilers.qairt import tools as qairt
 from toolchain.errors import SpecError, StageFailed
 from toolchain.qnn import sdk as sdk_layout
 from toolchain.qnn.layout import layout_permutation, permutation_or_fail
@@ -294,11 +294,11 @@ def generated(project: Project) -> dict[str, list[dict]]:
 def test_auto_takes_qairt_only_with_a_valid_sdk(tmp_path, monkeypatch):
     sdk = sdk_env(monkeypatch, tmp_path)
     project = Project(tmp_path / "proj")
-    add_qnet(project, **{'toolchain = "qairt"': 'toolchain = "auto"'})
+    add_qnet(project, **{'compiler = "qairt"': 'compiler = "auto"'})
     tasks = generated(project)
     assert [t["name"] for t in tasks["convert"]] == ["qnet/net-a"] and tasks["compile"] == []
     assert tasks["context"][0]["targets"][0] == "build/qnet/qairt/SM8550/net-a.bin"
-    assert ("toolchain qairt" in tasks["model"][0]["doc"]
+    assert ("compiler qairt" in tasks["model"][0]["doc"]
             and "[qairt v2.40.0.251030-standin]" in tasks["convert"][0]["doc"])
     shutil.rmtree(sdk / "bin/x86_64-linux-clang")   # no longer a valid SDK: the embedded toolchain
     tasks = generated(project)
@@ -307,7 +307,7 @@ def test_auto_takes_qairt_only_with_a_valid_sdk(tmp_path, monkeypatch):
     assert (all("QNN Saver" in t["doc"] for t in tasks["convert"])
             and len(tasks["convert"]) == len(tasks["modellib"]) == 1)
     assert tasks["compile"][0]["targets"][1] == "build/qnet/ort-qnn/SM8550/net-a_qnn.bin"
-    assert "toolchain ort-qnn" in tasks["model"][0]["doc"]
+    assert "compiler ort-qnn" in tasks["model"][0]["doc"]
 
 
 def test_every_qairt_task_has_one_config_changed_a_log_and_plain_settings(fresh):
@@ -334,7 +334,7 @@ def test_preflight_names_every_missing_piece_with_its_fix(tmp_path, monkeypatch,
     add_qnet(project, **{'chips = ["SM8550", "SM8750"]': 'chips = ["SM8750", "SM8850"]'})
     assert project.run("list")[0] == 3
     text = capsys.readouterr().err
-    assert text.startswith("ERROR: QAIRT preflight failed for models/qnet.toml (toolchain qairt):")
+    assert text.startswith("ERROR: QAIRT preflight failed for models/qnet.toml (compiler qairt):")
     assert f"{sdk}/bin/x86_64-linux-clang/qnn-net-run is missing or not executable" in text
     assert "QNN_SDK_ROOT must be the unzipped qairt/<version> folder" in text
     assert f"{tmp_path}/no/python3.10' was not found: install Python 3.10" in text and "QAIRT_PYTHON=" in text
@@ -454,18 +454,18 @@ def test_names_the_converter_cannot_keep_are_refused_at_load(tmp_path, monkeypat
 def test_auto_says_which_compiler_it_chose_and_why(tmp_path, monkeypatch, capsys):
     sdk = sdk_env(monkeypatch, tmp_path)
     project = Project(tmp_path / "proj")
-    add_qnet(project, **{'toolchain = "qairt"': 'toolchain = "auto"'})
+    add_qnet(project, **{'compiler = "qairt"': 'compiler = "auto"'})
     generated(project)
-    assert f'toolchain = "auto" -> qairt: $QNN_SDK_ROOT={sdk} is a complete SDK' in capsys.readouterr().out
+    assert f'compiler = "auto" -> qairt: $QNN_SDK_ROOT={sdk} is a complete SDK' in capsys.readouterr().out
     (sdk / "lib/x86_64-linux-clang/libQnnSystem.so").unlink()   # incomplete: said, not silently skipped
     generated(project)
     out = capsys.readouterr().out
-    assert f'toolchain = "auto" -> ort-qnn: $QNN_SDK_ROOT={sdk} is not a complete SDK' in out
+    assert f'compiler = "auto" -> ort-qnn: $QNN_SDK_ROOT={sdk} is not a complete SDK' in out
     assert "libQnnSystem.so is missing" in out
 
 
 def test_qairt_converter_args_are_checked_and_come_last():
-    from toolchain.backends.qairt import tools
+    from toolchain.compilers.qairt import tools
     assert tools.converter_arg_problems(["--float_bitwidth", "32", "--use_per_channel_quantization"]) == []
     assert tools.converter_arg_problems(["--float_bitwidht", "32"])[0].startswith(
         "--float_bitwidht: not a qnn-onnx-converter flag; did you mean '--float_bitwidth'?")

@@ -1,4 +1,4 @@
-"""QAIRT families of the embedded toolchain (toolchain/backends/ort_qnn/families.py, toolchain/qnn/compat.py): the
+"""QAIRT families of the embedded toolchain (toolchain/compilers/ort_qnn/families.py, toolchain/qnn/compat.py): the
 family table against the installed wheel, the runtime -> family choice and its errors, per-family task names, paths
 and settings, and, with a real second family installed from the registry (QAIRT 2.50, onnxruntime-qnn 2.6.0), the load
 rule itself."""
@@ -18,7 +18,7 @@ from conftest import ROOT
 
 from toolchain import options
 from toolchain import project as project_mod
-from toolchain.backends.ort_qnn import families, familyrun, qairt_env
+from toolchain.compilers.ort_qnn import families, familyrun, qairt_env
 from toolchain.deploy import chip_index
 from toolchain.errors import StageFailed
 from toolchain.qnn import compat
@@ -48,7 +48,7 @@ def test_the_runtime_picks_the_newest_family_at_or_below_it():
         families.for_runtime(compat.SHERPA_APPS, "m.toml: compile.runtime_qairt")
     text = str(err.value)
     assert text.startswith("m.toml: compile.runtime_qairt: 2.40.0.251030:")
-    assert "ship QNN runtime libraries of QAIRT >= 2.47" in text and 'toolchain = "qairt"' in text
+    assert "ship QNN runtime libraries of QAIRT >= 2.47" in text and 'compiler = "qairt"' in text
     assert compat.loads("2.51.0", "v2.49.40.1") and not compat.loads("2.49.40", "v2.51.0.260929181845")
     assert "sherpa_onnx_apps" in compat.requirement("v2.51.0.260929181845")   # their 2.40 apps refuse it
 

@@ -14,12 +14,12 @@ import subprocess
 import sys
 import tempfile
 
-from toolchain.backends.ort_qnn import ep
+from toolchain.compilers.ort_qnn import ep
 from toolchain.errors import StageFailed
 
 MARK = "QNC-FAMILYRUN "
 # the child's entry (not `-m`: the package imports this module first, and runpy warns about running it again)
-CHILD = "import sys; from toolchain.backends.ort_qnn.familyrun import main; sys.exit(main(*sys.argv[1:]))"
+CHILD = "import sys; from toolchain.compilers.ort_qnn.familyrun import main; sys.exit(main(*sys.argv[1:]))"
 
 
 def simulator(ctx_model: str, options: dict, python: str, env: dict):

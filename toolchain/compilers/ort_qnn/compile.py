@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from doit.tools import config_changed
 
 from toolchain import artifacts
-from toolchain.backends.ort_qnn import context, ep, families, modellib
+from toolchain.compilers.ort_qnn import context, ep, families, modellib
 from toolchain.engine.files import atomic_path, read_json, sha256, write_json
 from toolchain.engine.run.worker import run
 from toolchain.engine.state.settings import task_settings

@@ -6,8 +6,8 @@ from pathlib import Path
 from doit.tools import config_changed
 
 from toolchain import artifacts
-from toolchain.backends.qairt import tools
-from toolchain.backends.qairt.htpconfig import BACKEND_EXTENSIONS, HTP_CONFIG
+from toolchain.compilers.qairt import tools
+from toolchain.compilers.qairt.htpconfig import BACKEND_EXTENSIONS, HTP_CONFIG
 from toolchain.engine.run import external
 from toolchain.stages import Project
 

@@ -11,7 +11,7 @@ import sys
 from doit.tools import config_changed
 
 from toolchain import artifacts
-from toolchain.backends.qairt import tools
+from toolchain.compilers.qairt import tools
 from toolchain.engine.files import read_json, sha256, write_json
 from toolchain.engine.run import external
 from toolchain.engine.run.worker import in_process

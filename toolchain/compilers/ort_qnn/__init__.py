@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from toolchain import artifacts, stages
-from toolchain.backends.ort_qnn import (
+from toolchain.compilers.ort_qnn import (
     compile,
     convert,
     ep,

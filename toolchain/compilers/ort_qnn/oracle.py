@@ -22,7 +22,7 @@ from pathlib import Path
 from doit.tools import config_changed
 
 from toolchain import artifacts
-from toolchain.backends.ort_qnn import ep, families
+from toolchain.compilers.ort_qnn import ep, families
 from toolchain.engine.files import write_json
 from toolchain.engine.run.worker import run
 from toolchain.errors import StageFailed

@@ -1,4 +1,4 @@
-"""The embedded toolchain (toolchain/backends/ort_qnn). The design card's middle nodes (issue 20): convert (QNN Saver
+"""The embedded toolchain (toolchain/compilers/ort_qnn). The design card's middle nodes (issue 20): convert (QNN Saver
 recording of the EP's HTP lowering -> <graph>.c + .bin) -> modellib (lib<graph>.so) -> compile (context binary per
 chip), the oracle (byte-identical to the EP's direct compile) for fp16, w8a16 and per-graph options, and the card's
 incremental rules. Then a per-graph EP option, an op that would fall back to the CPU (refused by convert), w8a16's
@@ -17,7 +17,7 @@ import pytest
 from conftest import FIXTURES, LSTM, NET, ONE_CHIP, W8A16, Project, handmade, sha256
 from onnx import TensorProto, helper, numpy_helper
 
-from toolchain.backends.ort_qnn import ep
+from toolchain.compilers.ort_qnn import ep
 from toolchain.errors import SpecError
 
 CHIPS = ("SM8550", "SM8750")
@@ -66,7 +66,7 @@ def test_the_model_library_does_not_read_from_the_working_folder(routed, tmp_pat
     """... but the library takes the weights path it is given: run from an empty folder, same binary."""
     lib = routed.root / "build/tiny/ort-qnn/net/model_libs/x86_64-linux/libnet.so"
     weights = routed.root / "build/tiny/ort-qnn/net/net.bin"
-    script = ("import sys, hashlib; from toolchain.backends.ort_qnn import context, ep; "
+    script = ("import sys, hashlib; from toolchain.compilers.ort_qnn import context, ep; "
               "from toolchain.spec import chips; c = chips.load()['SM8750'].record(); "
               f"r = context.compose({str(lib)!r}, {str(weights)!r}, c, "
               "context.graph_settings(ep.provider_options(c, 3))); "
@@ -183,7 +183,7 @@ def test_a_differing_binary_is_named_by_the_oracle(routed):
     data = bytearray(binary.read_bytes())
     data[-1] ^= 0xFF
     binary.write_bytes(bytes(data))
-    from toolchain.backends.ort_qnn import oracle as stage
+    from toolchain.compilers.ort_qnn import oracle as stage
     from toolchain.errors import StageFailed
     ctx = routed.root / "build/tiny/ort-qnn/SM8750/net.onnx"
     options = json.loads((routed.root / "build/tiny/ort-qnn/SM8750/net.compile.json").read_text())["options"]
@@ -253,7 +253,7 @@ import json, sys, numpy as np, onnx, onnxruntime as ort
 from onnx import helper as h, TensorProto as T, numpy_helper as nh
 from toolchain import artifacts
 from toolchain.stages import calibrate
-from toolchain.backends.ort_qnn import ep as ort_qnn, quantize
+from toolchain.compilers.ort_qnn import ep as ort_qnn, quantize
 out, V, D = sys.argv[1], 8000, 128
 rng = np.random.default_rng(0)
 # Whisper's tied token embedding: one table read by a Gather (lookup) and by MatMul(W, x^T) (logits).
@@ -313,7 +313,7 @@ def test_w8a16_stores_a_tied_embedding_in_8_bits(tmp_path):
 EXTERNAL_DATA = r"""
 import sys, numpy as np, onnx
 from onnx import helper as h, TensorProto as T, numpy_helper as nh
-from toolchain.backends.ort_qnn import ep as ort_qnn
+from toolchain.compilers.ort_qnn import ep as ort_qnn
 out = sys.argv[1]
 w = nh.from_array(np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32), "w")
 g = h.make_graph([h.make_node("MatMul", ["x", "w"], ["y"])], "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 256])],
@@ -360,7 +360,7 @@ def test_the_eps_reason_for_each_node_it_leaves_on_the_cpu(tmp_path):
     from onnx import TensorProto as T
     from onnx import helper as h
 
-    from toolchain.backends.ort_qnn import ep
+    from toolchain.compilers.ort_qnn import ep
     hidden, size = 8, 4
     weights = [h.make_tensor(n, T.FLOAT, [1, 4 * hidden, k], np.ones(4 * hidden * k, np.float32) / k)
                for n, k in (("W", size), ("R", hidden))]
