@@ -236,3 +236,88 @@ def test_every_stage_module_bears_its_stages_name():
     loose = [p.name for p in (ROOT / "toolchain/stages").iterdir()
              if p.name != "__init__.py" and not p.name.startswith("__") and p.stem not in names]
     assert loose == []
+
+
+def glossary(text: str) -> list[dict]:
+    """The rows of docs/architecture.md's Glossary: word, the code names it points at, the words it retires."""
+    import re
+    section = text.split("## Glossary", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4 or cells[0] in ("word", "---"):
+            continue
+        never = []
+        for part in re.split(r",\s*(?=`)", cells[3]) if cells[3] else []:
+            found = re.match(r"`(\w+)`(?: (outside|in) `([^`]+)`)?", part)
+            if found:
+                never.append(found.groups())
+        rows.append({"word": cells[0], "code": re.findall(r"`([\w.]+)`", cells[2]), "never": never})
+    return rows
+
+
+def identifiers(path: Path) -> set[str]:
+    """Every name a module binds or reads: variables, arguments, attributes, functions, classes, keywords."""
+    import ast
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            found.add(node.attr)
+        elif isinstance(node, ast.arg):
+            found.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, ast.keyword) and node.arg:
+            found.add(node.arg)
+    return found
+
+
+def glossary_drift(text: str, root: Path = ROOT) -> list[str]:
+    import dataclasses
+    import importlib
+    problems = []
+    rows = glossary(text)
+    for row in rows:
+        for dotted in row["code"]:
+            parts, obj = dotted.split("."), None
+            for cut in range(len(parts), 0, -1):   # the longest importable module, then attributes
+                try:
+                    obj = importlib.import_module("toolchain." + ".".join(parts[:cut]))
+                except ImportError:
+                    continue
+                for attr in parts[cut:]:
+                    fields = {f.name for f in dataclasses.fields(obj)} if dataclasses.is_dataclass(obj) else set()
+                    obj = getattr(obj, attr, None) if hasattr(obj, attr) or attr not in fields else "field"
+                break
+            if obj is None:
+                problems.append(f"{row['word']}: {dotted} is not in the code")
+        for word, how, where in row["never"]:
+            for path in sorted((root / "toolchain").rglob("*.py")):
+                rel = path.relative_to(root / "toolchain").as_posix()
+                if (how == "outside" and rel.startswith(where)) or (how == "in" and rel != where):
+                    continue
+                if word in identifiers(path):
+                    problems.append(f"{row['word']}: toolchain/{rel} names `{word}`")
+    return problems
+
+
+def test_the_glossary_and_the_code_agree():
+    """docs/architecture.md's Glossary: each word's names exist, no module uses a word it retires."""
+    text = (ROOT / "docs/architecture.md").read_text()
+    assert len(glossary(text)) >= 10
+    assert glossary_drift(text) == []
+
+
+def test_the_glossary_check_can_fail(tmp_path):
+    (tmp_path / "toolchain/deploy").mkdir(parents=True)
+    (tmp_path / "toolchain/deploy/bundle.py").write_text("def plan(backend):\n    family = 1\n")
+    (tmp_path / "toolchain/qnn").mkdir()
+    (tmp_path / "toolchain/qnn/run.py").write_text("backend = 1\n")
+    doc = ("## Glossary\n\n| word | means | in code | never |\n|---|---|---|---|\n"
+           "| compiler | x | `stages.Compiler`, `stages.Gone` | `backend` outside `qnn/` |\n"
+           "| kind | y | `stages.Project.compiler` | `family` in `deploy/bundle.py` |\n\n## Next\n")
+    assert glossary_drift(doc, tmp_path) == ["compiler: stages.Gone is not in the code",
+                                             "compiler: toolchain/deploy/bundle.py names `backend`",
+                                             "kind: toolchain/deploy/bundle.py names `family`"]

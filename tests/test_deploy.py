@@ -109,9 +109,9 @@ def sherpa_whisper(p: str, layers: int) -> dict:
 
 
 def test_sherpa_whisper_contract_names_every_difference_of_our_whisper_graphs():
-    family, found = sherpa_contract.problems("whisper-tiny.en", WHISPER, tokens=False)
+    kind, found = sherpa_contract.problems("whisper-tiny.en", WHISPER, tokens=False)
     text = "\n".join(found)
-    assert family == "whisper"
+    assert kind == "whisper"
     for expected in ("does not end in '_mel'", "(1, frames, n_mels)", "1+4L+2 = 19 for L=4", "updated in the graph",
                      "this_self_k_0", "no tokens.txt"):
         assert expected in text, expected
@@ -132,12 +132,12 @@ def test_a_sherpa_bundle_ships_only_when_the_binaries_meet_the_contract(bundled,
     module.write_text("def write_tokens(path):\n    open(path, 'w').write('<blk> 0\\na 1\\n')\n")
     (tmp_path / "data").mkdir()
     (tmp_path / "data/0.wav").write_bytes(b"RIFF")
-    kwargs = {"model": "ctc", "chip": manifest["chip"], "toolchain": "ort-qnn",
+    kwargs = {"model": "ctc", "chip": manifest["chip"], "compiler": "ort-qnn",
               "manifest": str(tmp_path / "manifest.json"),
               "runtime": str(root / "build/runtime/ort-qnn/SM8750.json"), "module_file": str(module),
               "data_dir": str(tmp_path / "data"), "ort_out": None, "out": str(tmp_path / "bundle.json"),
               "sherpa_out": str(tmp_path / "sherpa-onnx-qnn-SM8750-binary-ctc.tar.bz2"),
-              "plan": {"tokens": True, "family": "zipformer-ctc", "sherpa_reasons": [], "ort_reason": "n/a"}}
+              "plan": {"tokens": True, "kind": "zipformer-ctc", "sherpa_reasons": [], "ort_reason": "n/a"}}
     (tmp_path / "wrong.json").write_text(json.dumps(record))   # as compiled: x [1, 4, 16] -> y
     kwargs["graphs"] = {"model": {"binary": str(chip_dir / "net_qnn.bin"), "record": str(tmp_path / "wrong.json"),
                                   "context": None}}
@@ -154,7 +154,7 @@ def test_a_sherpa_bundle_ships_only_when_the_binaries_meet_the_contract(bundled,
         f"{top}/{n}" for n in ("LICENSE", "QNN-RUNTIME-LICENSE.txt", "README.md", "info.txt", "manifest.json",
                                "model.bin", "runtime-libraries.json", "test_wavs/0.wav", "tokens.txt")]
     shipped = json.loads((tmp_path / "bundle.json").read_text())["bundles"]["sherpa-onnx"]
-    assert shipped["shipped"] and shipped["family"] == "zipformer-ctc"
+    assert shipped["shipped"] and shipped["kind"] == "zipformer-ctc"
 
 
 def test_selector_never_assumes(bundled, tmp_path):

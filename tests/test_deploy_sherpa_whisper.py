@@ -84,7 +84,7 @@ def test_sherpa_bundle_layout_and_tokens(whisper_bundled):
     table = sherpa_whisper.read_tokens(str(unpacked / "tokens.txt"))
     assert len(table) == 50256 and table[1514] == b" Go"   # gpt2 ranks, base64 in the file
     record = json.loads((whisper_bundled.root / CHIP / "bundle.json").read_text())
-    assert record["bundles"]["sherpa-onnx"]["shipped"] and record["bundles"]["sherpa-onnx"]["family"] == "whisper"
+    assert record["bundles"]["sherpa-onnx"]["shipped"] and record["bundles"]["sherpa-onnx"]["kind"] == "whisper"
     index = json.loads((whisper_bundled.root / "build/chip-index.json").read_text())
     entry = index["models"]["whisper-tiny.en"]["SM8750"]["bundles"]["sherpa-onnx"]
     assert entry["path"] == BUNDLE[len("build/"):] and entry["sha256"] == sha256(whisper_bundled.root / BUNDLE)

@@ -93,7 +93,7 @@ def parity_group_log(model, group: str) -> str:
     return f"{BUILD}/{model.name}/parity/{group}.log"
 
 
-def toolchain_dir(model, family: str = "") -> str:
+def compiler_dir(model, family: str = "") -> str:
     """A toolchain's outputs of one model; a QAIRT family other than the default gets its own folder beside it
     (`ort-qnn-qairt2.49`), so the default build's paths never move."""
     return f"{BUILD}/{model.name}/{model.compiler}" + (f"-qairt{family}" if family else "")
@@ -101,7 +101,7 @@ def toolchain_dir(model, family: str = "") -> str:
 
 def chip_dir(model, chip) -> str:
     """Per-chip outputs, under the toolchain's name (and QAIRT family) so two toolchains' binaries never mix."""
-    return f"{toolchain_dir(model, getattr(chip, 'family', ''))}/{chip.name}"
+    return f"{compiler_dir(model, getattr(chip, 'family', ''))}/{chip.name}"
 
 
 def context_model(model, graph, chip) -> str:
@@ -153,29 +153,29 @@ def manifest(model, chip) -> str:
     return f"{chip_dir(model, chip)}/manifest.json"
 
 
-# QAIRT SDK toolchain: chip-independent outputs per graph, then per chip in chip_dir().
-def toolchain_graph_dir(model, graph, family: str = "") -> str:
-    """Per-graph outputs of the toolchain (QAIRT: converter C++, weights, model libs; embedded: the recording)."""
-    return f"{toolchain_dir(model, family)}/{graph.name}"
+# QAIRT SDK compiler: chip-independent outputs per graph, then per chip in chip_dir().
+def compiler_graph_dir(model, graph, family: str = "") -> str:
+    """Per-graph outputs of the compiler (QAIRT: converter C++, weights, model libs; embedded: the recording)."""
+    return f"{compiler_dir(model, family)}/{graph.name}"
 
 
 def qnn_cpp(model, graph) -> str:
     """Converter output; its file name decides the QNN graph name (qairt.graph_name)."""
-    return f"{toolchain_graph_dir(model, graph)}/{graph.name}.cpp"
+    return f"{compiler_graph_dir(model, graph)}/{graph.name}.cpp"
 
 
 def qnn_weights(model, graph, family: str = "") -> str:
-    return f"{toolchain_graph_dir(model, graph, family)}/{graph.name}.bin"
+    return f"{compiler_graph_dir(model, graph, family)}/{graph.name}.bin"
 
 
 def qnn_source(model, graph, family: str = "") -> str:
     """The embedded toolchain's QNN graph: the QNN Saver's C recording of the EP's HTP lowering (build/ only:
     it carries Qualcomm's banner)."""
-    return f"{toolchain_graph_dir(model, graph, family)}/{graph.name}.c"
+    return f"{compiler_graph_dir(model, graph, family)}/{graph.name}.c"
 
 
 def model_libs_dir(model, graph, family: str = "") -> str:
-    return f"{toolchain_graph_dir(model, graph, family)}/model_libs"
+    return f"{compiler_graph_dir(model, graph, family)}/model_libs"
 
 
 def model_lib(model, graph, target: str, family: str = "") -> str:
@@ -190,7 +190,7 @@ def htp_config(model, graph, chip, name: str) -> str:
 
 def stage_log(model, graph, stage: str, chip=None, family: str = "") -> str:
     """One log per stage per graph (per chip where the stage is per chip), kept as a target."""
-    where = chip_dir(model, chip) if chip else toolchain_graph_dir(model, graph, family)
+    where = chip_dir(model, chip) if chip else compiler_graph_dir(model, graph, family)
     return f"{where}/{graph.name}.{stage}.log"
 
 
@@ -200,7 +200,7 @@ def stage_record(model, graph, stage: str, chip=None, family: str = "") -> str:
 
 def converter_input_list(model, graph) -> str:
     """A w8a16 graph's calibration list with paths the converter opens from the project root (where it runs)."""
-    return f"{toolchain_graph_dir(model, graph)}/{graph.name}.input_list.txt"
+    return f"{compiler_graph_dir(model, graph)}/{graph.name}.input_list.txt"
 
 
 def netrun_scratch(model, graph, chip, tier: str) -> str:
@@ -287,9 +287,9 @@ def claims(model, chip) -> list[str]:
             sherpa_run(model, chip, "full")]
 
 
-def runtime_record(toolchain: str, chip) -> str:
-    """The QNN runtime libraries an app ships for one chip, per toolchain (SDK version family)."""
-    return (f"{BUILD}/runtime/{toolchain}{f'-qairt{chip.family}' if getattr(chip, 'family', '') else ''}"
+def runtime_record(compiler: str, chip) -> str:
+    """The QNN runtime libraries an app ships for one chip, per compiler (SDK version family)."""
+    return (f"{BUILD}/runtime/{compiler}{f'-qairt{chip.family}' if getattr(chip, 'family', '') else ''}"
             f"/{chip.name}.json")
 
 

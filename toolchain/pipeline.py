@@ -40,8 +40,8 @@ def _compiler_stages() -> tuple:
     """Each compiler's own stages in run order; a stage two compilers both have (the design card's `convert` and
     `modellib`) is one doit stage whose tasks are both compilers' (task names hold the model, so they never clash)."""
     merged: dict[str, Stage] = {}
-    for backend in compilers.REGISTRY.values():
-        for stage in backend.stages:
+    for compiler in compilers.REGISTRY.values():
+        for stage in compiler.stages:
             known = merged.get(stage.name)
             if known is None:
                 merged[stage.name] = stage

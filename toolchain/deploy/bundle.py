@@ -22,7 +22,7 @@ from toolchain.spec.table import plain
 from toolchain.spec.windows import by_size, routed
 from toolchain.stages import Compiler, Project
 
-FORMAT = 2                                          # bump when a bundle's layout changes: every bundle rebuilds
+FORMAT = 3                                          # bump when a bundle's layout changes: every bundle rebuilds
 KINDS = {"ort_out": "onnxruntime", "sherpa_out": "sherpa-onnx"}
 
 
@@ -30,11 +30,11 @@ def plan(model: Model, compiler: Compiler) -> dict:
     """What can ship, decided from the spec (so targets are known before anything runs)."""
     tokens = modeldata.defines(model.module_file, "write_tokens")   # models/<m>.py may write a tokens.txt
     graphs = {g.name: compiler.runtime_view(g) for g in model.graphs}
-    family, reasons = sherpa_contract.problems(model.name, graphs, tokens)
+    kind, reasons = sherpa_contract.problems(model.name, graphs, tokens)
     ort = None if compiler.emits_context_model else (
         f"{model.compiler}-built context binaries come without an EPContext ONNX model; wrapping them "
         "(onnxruntime's gen_qnn_ctx_onnx_model.py) is not done here, since no real QAIRT binary could be tested")
-    return {"tokens": tokens, "family": family, "sherpa_reasons": reasons, "ort_reason": ort}
+    return {"tokens": tokens, "kind": kind, "sherpa_reasons": reasons, "ort_reason": ort}
 
 
 def tasks(project: Project):
@@ -50,7 +50,7 @@ def tasks(project: Project):
                            if compiler.emits_context_model else None}
                   for g in model.graphs}
         kwargs: dict[str, Any] = {
-                  "model": model.name, "chip": chip.record(), "toolchain": model.compiler, "graphs": graphs,
+                  "model": model.name, "chip": chip.record(), "compiler": model.compiler, "graphs": graphs,
                   "manifest": artifacts.manifest(model, chip),
                   "runtime": artifacts.runtime_record(model.compiler, chip),
                   "module_file": model.module_file, "data_dir": model.data_dir, "plan": p,
@@ -82,7 +82,7 @@ def tasks(project: Project):
                "uptodate": [config_changed(settings)]}
 
 
-def build(model, chip, toolchain, graphs, manifest, runtime, module_file, data_dir, plan, ort_out, sherpa_out, out,
+def build(model, chip, compiler, graphs, manifest, runtime, module_file, data_dir, plan, ort_out, sherpa_out, out,
           io=None, windows=None):
     """Check the binaries against the manifest, then write the bundles and the record."""
     man, libs = read_json(manifest), read_json(runtime)
@@ -98,7 +98,7 @@ def build(model, chip, toolchain, graphs, manifest, runtime, module_file, data_d
         windows = {**windows, "graphs": {int(s): g for s, g in windows["graphs"].items()}}
     record = {"qnn_runtime": compat.requirement(man["sdk"]["build_id"]),
               "model": model, "chip": chip["name"], "soc_model": chip["soc_model"], "htp_arch": f"v{chip['htp_arch']}",
-              "toolchain": toolchain, "sdk_build_id": man["sdk"]["build_id"], "license": man["license"],
+              "toolchain": compiler, "sdk_build_id": man["sdk"]["build_id"], "license": man["license"],
               "runtime_libraries": {k: libs[k] for k in ("family", "available", "app_must_ship", "license")},
               "bundles": {}}
     if ort_out:
@@ -121,21 +121,21 @@ def build(model, chip, toolchain, graphs, manifest, runtime, module_file, data_d
         record["bundles"]["onnxruntime"] = {"shipped": False, "reason": plan["ort_reason"]}
     if sherpa_out:
         views = {g: read_json(f["record"])["info"] for g, f in graphs.items()}
-        family, found = sherpa_problems(model, views, plan["tokens"])
+        kind, found = sherpa_problems(model, views, plan["tokens"])
         if found:   # the spec said yes, the binaries say no: a bundle that fails to load must not ship
-            raise StageFailed(f"{model}@{chip['name']}: the binaries break sherpa-onnx's {family} contract: "
+            raise StageFailed(f"{model}@{chip['name']}: the binaries break sherpa-onnx's {kind} contract: "
                               + "; ".join(found))
-        order = sherpa_contract.ORDER[family]
+        order = sherpa_contract.ORDER[kind]
         members = {**common, "info.txt": _info(man, list(order), sherpa_apps=True).encode(),
                    "README.md": sherpa_readme(order, man["sdk"]["build_id"]).encode(),
                    "manifest.json": manifest, **{f"{g}.bin": graphs[g]["binary"] for g in order},
                    **{f"test_wavs/{Path(k).name}": v for k, v in data.items()
                       if k.endswith((".wav", "refs.tsv", "PROVENANCE.md"))}}
-        record["bundles"]["sherpa-onnx"] = {**_write(sherpa_out, members), "family": family}
+        record["bundles"]["sherpa-onnx"] = {**_write(sherpa_out, members), "kind": kind}
         if not compat.loads(compat.SHERPA_APPS, man["sdk"]["build_id"]):
             record["bundles"]["sherpa-onnx"]["released_apps"] = compat.sherpa_note(man["sdk"]["build_id"])
     else:
-        record["bundles"]["sherpa-onnx"] = {"shipped": False, "family": plan["family"],
+        record["bundles"]["sherpa-onnx"] = {"shipped": False, "kind": plan["kind"],
                                             "reasons": plan["sherpa_reasons"]}
     write_json(out, record)
 
@@ -143,10 +143,10 @@ def build(model, chip, toolchain, graphs, manifest, runtime, module_file, data_d
 def sherpa_problems(model_name: str, infos: dict, tokens: bool) -> tuple:
     """The contract checked on the binaries' own read-back: binary-info v3, names, shapes, dtypes."""
     views = {g: sherpa_contract.binary_view(i) for g, i in infos.items()}
-    family, found = sherpa_contract.problems(model_name, views, tokens)
+    kind, found = sherpa_contract.problems(model_name, views, tokens)
     found += [f"{g}: binary-info version {i.get('infoVersion')}, the runtime takes 3" for g, i in infos.items()
               if i.get("infoVersion", 3) != 3]
-    return family, found
+    return kind, found
 
 
 def _write(out: str, members: dict) -> dict:

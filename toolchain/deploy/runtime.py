@@ -1,4 +1,4 @@
-"""The QNN runtime libraries an app ships with one chip's binaries, from the toolchain that built them."""
+"""The QNN runtime libraries an app ships with one chip's binaries, from the compiler that built them."""
 from __future__ import annotations
 
 import os
@@ -22,14 +22,14 @@ ADSP_DEFAULTS = "/vendor/lib/rfsa/adsp;/vendor/dsp/cdsp;/vendor/dsp;/system/lib/
 
 def tasks(project: Project):
     wanted = {(m.compiler, c.tag): (project.compiler(m), c) for m, c in project.model_chips()}
-    for (toolchain, _), (compiler, chip) in sorted(wanted.items(), key=lambda item: item[0]):
+    for (name, _), (compiler, chip) in sorted(wanted.items(), key=lambda item: item[0]):
         sdk = compiler.identity() if compiler.sdk_root() else None   # an SDK folder holds the device libraries
         files = [f"{sdk['root']}/{rel}" for rel in _layout(chip.htp_arch).values()] if sdk else []
-        kwargs = {"toolchain": toolchain, "chip": chip.record(), "sdk": sdk,
-                  "out": artifacts.runtime_record(toolchain, chip)}
+        kwargs = {"compiler": name, "chip": chip.record(), "sdk": sdk,
+                  "out": artifacts.runtime_record(name, chip)}
         own = {"wheel": compiler.identity(chip)} if chip.family else {}   # another QAIRT family's wheel pair
-        yield {"name": f"{toolchain}@{chip.tag}",
-               "doc": f"QNN runtime libraries for {chip.name} (v{chip.htp_arch}) from the {toolchain} toolchain"
+        yield {"name": f"{name}@{chip.tag}",
+               "doc": f"QNN runtime libraries for {chip.name} (v{chip.htp_arch}) from the {name} compiler"
                       + (f", QAIRT {chip.family}" if chip.family else ""),
                "file_dep": [f for f in files if os.path.isfile(f)], "targets": [kwargs["out"]], "clean": True,
                "actions": [(in_process, (write,), {**kwargs, "version": compiler.sdk_version(chip), **own})],
@@ -53,7 +53,7 @@ def version_of(path: str) -> str | None:
     return m.group(0).decode() if m else None
 
 
-def record(toolchain: str, chip: ChipRecord, sdk: dict | None, version: str, wheel: dict | None = None) -> dict:
+def record(compiler: str, chip: ChipRecord, sdk: dict | None, version: str, wheel: dict | None = None) -> dict:
     """What the app ships for `chip`: files with versions when the compiler came with an SDK folder (`sdk`),
     else exact names, of the QAIRT `version` family the compiler is."""
     arch = chip["htp_arch"]
@@ -61,7 +61,7 @@ def record(toolchain: str, chip: ChipRecord, sdk: dict | None, version: str, whe
         libs = [_sdk_file(sdk["root"], name, rel) for name, rel in _layout(arch).items()]
         found = [lib for lib in libs if lib["sha256"]]
         wrong = [lib["name"] for lib in found if lib["version"] and family(lib["version"]) != family(sdk["build_id"])]
-        return {"toolchain": toolchain, "chip": chip["name"], "htp_arch": arch, "build_id": sdk["build_id"],
+        return {"toolchain": compiler, "chip": chip["name"], "htp_arch": arch, "build_id": sdk["build_id"],
                 "family": family(sdk["build_id"]), "available": len(found) == len(libs) and not wrong,
                 "libraries": libs, "version_mismatch": wrong,
                 "app_must_ship": _ship_text(arch, f"the QAIRT SDK at {sdk['root']} (build id {sdk['build_id']})"),
@@ -71,7 +71,7 @@ def record(toolchain: str, chip: ChipRecord, sdk: dict | None, version: str, whe
             for name, rel in _layout(arch).items()]
     wheel = wheel or {"onnxruntime": versions.version("onnxruntime"),
                       "onnxruntime-qnn": versions.version("onnxruntime-qnn")}
-    return {"toolchain": toolchain, "chip": chip["name"], "htp_arch": arch, "build_id": None,
+    return {"toolchain": compiler, "chip": chip["name"], "htp_arch": arch, "build_id": None,
             "family": family(version), "available": False, "libraries": libs,
             "why_not_available": f"onnxruntime-qnn {wheel['onnxruntime-qnn']} ships x86_64 libraries "
                                  f"only (the simulator); it has no Android or Hexagon builds",
@@ -117,5 +117,5 @@ def license_terms(sdk_root: str | None) -> dict:
             "note": "Android builds of these libraries come from a QAIRT SDK, under the license that ships with it."}
 
 
-def write(toolchain: str, chip: ChipRecord, sdk: dict | None, version: str, out: str, wheel: dict | None = None):
-    write_json(out, record(toolchain, chip, sdk, version, wheel))
+def write(compiler: str, chip: ChipRecord, sdk: dict | None, version: str, out: str, wheel: dict | None = None):
+    write_json(out, record(compiler, chip, sdk, version, wheel))

@@ -24,9 +24,9 @@ STAGES = {"default": "sherpa", "full": "sherpa_full"}
 
 
 def wanted(model: Model, compiler: Compiler) -> bool:
-    """Models whose sherpa-onnx bundle is Whisper's (the one family whose host loop is ported)."""
+    """Models whose sherpa-onnx bundle is Whisper's (the one kind whose host loop is ported)."""
     p = bundle.plan(model, compiler)
-    return not p["sherpa_reasons"] and p["family"] == "whisper"
+    return not p["sherpa_reasons"] and p["kind"] == "whisper"
 
 
 def tasks(project: Project, tier: str):

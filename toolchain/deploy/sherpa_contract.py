@@ -1,4 +1,4 @@
-"""sherpa-onnx's QNN runtime contract (docs/phone.md; k2-fsa/sherpa-onnx sherpa-onnx/csrc/qnn/): which family a
+"""sherpa-onnx's QNN runtime contract (docs/phone.md; k2-fsa/sherpa-onnx sherpa-onnx/csrc/qnn/): which kind a
 model's binaries fit, or why not.
 
 Checked on the names, shapes and dtypes the runtime sees in the binary. Not checked because the runtime
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 QNN_DTYPES = ("float32", "float16", "ufixed16", "int32")   # anything else is rejected at load
 WHISPER_TYPES = ("tiny", "tiny.en", "base", "base.en", "small", "small.en", "medium", "medium.en", "large")
-# Component order in QnnConfig.contextBinary, per family, as sherpa-onnx's QNN runtime reads it.
+# Component order in QnnConfig.contextBinary, per kind of model, as sherpa-onnx's QNN runtime reads it.
 ORDER = {"whisper": ("encoder", "decoder"), "moonshine": ("encoder", "decoder"),
          "zipformer-ctc": ("model",), "sense-voice": ("model",)}
 
@@ -19,8 +19,8 @@ def binary_view(info: dict) -> dict:
     return {kind: [[t["name"], list(t["shape"]), t["dtype"]] for t in g[kind]] for kind in ("inputs", "outputs")}
 
 
-def family(model_name: str, graphs: dict) -> str | None:
-    """The sherpa-onnx family a model's components name, or None."""
+def kind(model_name: str, graphs: dict) -> str | None:
+    """The sherpa-onnx kind of model (whisper, zipformer-ctc, ...) a model's components name, or None."""
     names = tuple(graphs)
     if set(names) == {"encoder", "decoder"}:
         mel = any(t[0].endswith("_mel") for t in graphs["encoder"]["inputs"])
@@ -31,23 +31,23 @@ def family(model_name: str, graphs: dict) -> str | None:
 
 
 def problems(model_name: str, graphs: dict, tokens: bool) -> tuple[str | None, list[str]]:
-    """(family, reasons the sherpa-onnx runtime would refuse these binaries); no reasons = loadable."""
-    fam = family(model_name, graphs)
-    if fam is None:
-        return None, [f"graphs ({', '.join(graphs)}) match no sherpa-onnx QNN family checked here (whisper and "
+    """(kind, reasons the sherpa-onnx runtime would refuse these binaries); no reasons = loadable."""
+    found_kind = kind(model_name, graphs)
+    if found_kind is None:
+        return None, [f"graphs ({', '.join(graphs)}) match no sherpa-onnx QNN kind of model checked here (whisper and "
                       f"moonshine: encoder, decoder; zipformer-CTC, parakeet-CTC, SenseVoice: model); "
                       f"transducer and Paraformer contracts are not implemented in toolchain/deploy/sherpa_contract.py"]
     found = [f"{g}.{kind[:-1]} {t[0]}: dtype {t[2]} (the runtime takes {', '.join(QNN_DTYPES)})"
              for g, io in graphs.items() for kind in ("inputs", "outputs") for t in io[kind] if t[2] not in QNN_DTYPES]
     if not tokens:
         found.append("no tokens.txt: the model module has no write_tokens(path) (sherpa-onnx needs the vocabulary)")
-    if fam in ("whisper", "moonshine"):
-        found += _encoder_decoder(fam, graphs["encoder"], graphs["decoder"])
-    elif fam == "sense-voice":
+    if found_kind in ("whisper", "moonshine"):
+        found += _encoder_decoder(found_kind, graphs["encoder"], graphs["decoder"])
+    elif found_kind == "sense-voice":
         found += _single(graphs["model"], ["x", "prompt"], "logits", {"x": 3, "prompt": 1})
     else:
         found += _single(graphs["model"], ["x"], "log_probs", {"x": 3})
-    return fam, found
+    return found_kind, found
 
 
 def _single(io: dict, inputs: list[str], output: str, ranks: dict) -> list[str]:
@@ -63,12 +63,12 @@ def _single(io: dict, inputs: list[str], output: str, ranks: dict) -> list[str]:
     return found
 
 
-def _encoder_decoder(fam: str, enc: dict, dec: dict) -> list[str]:
+def _encoder_decoder(found_kind: str, enc: dict, dec: dict) -> list[str]:
     """Whisper (prefixed '<p>_') and Moonshine (no prefix): per-layer cross K/V, 1+4L+2 decoder inputs, the
     caller writing each new token's K/V at `offset` (no in-graph cache update, as sherpa-onnx exports Whisper)."""
     found, prefix = [], ""
     first = enc["inputs"][0][0] if enc["inputs"] else ""
-    if fam == "whisper":
+    if found_kind == "whisper":
         if not first.endswith("_mel"):
             found.append(f"encoder input '{first}' does not end in '_mel': the runtime parses the model prefix <p> "
                          f"from '<p>_mel' (e.g. 'tiny_en_mel') and exits otherwise")

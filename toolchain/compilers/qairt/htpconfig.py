@@ -39,12 +39,12 @@ def contents(sdk, chip: ChipRecord, graph_name: str, optimization: int, config: 
     """{path: text} of the two files, as generate_config.py writes them (indent 4, no trailing newline), but
     config_file_path relative to the project, where the tools run: the script makes it absolute, which would make
     the context step's inputs name this folder and never share a cache entry with another layout (relocatable)."""
-    backend = {"backend_extensions": {"shared_library_path": sdk.host_lib("libQnnHtpNetRunExtensions.so"),
-                                      "config_file_path": config}}
+    extensions_config = {"backend_extensions": {
+        "shared_library_path": sdk.host_lib("libQnnHtpNetRunExtensions.so"), "config_file_path": config}}
     htp = {"graphs": [{"vtcm_mb": chip["vtcm_mb"], "O": optimization, "graph_names": [graph_name]}],
            "devices": [{"device_id": 0, "soc_id": chip["soc_model"], "dsp_arch": f"v{chip['htp_arch']}",
                         "cores": [{"core_id": 0, "perf_profile": "burst", "rpc_control_latency": 200}]}]}
-    return {extensions: json.dumps(backend, indent=4), config: json.dumps(htp, indent=4)}
+    return {extensions: json.dumps(extensions_config, indent=4), config: json.dumps(htp, indent=4)}
 
 
 def write(files: dict, log: str):
