@@ -1,15 +1,15 @@
-"""The first `doit` of the shipped models, as the README's first command runs it (a measurement, not a
-test): in a fresh clone of this checkout's HEAD, `doit` with the defaults (parallel, steps forked from
-the fork server). Reports the wall time with the load average before it, the seconds every step's own
-process took (`# exit N after S s` in the step logs), and the seconds inside the tools, from the
-records: export (torch.onnx.export), onnxsim, convert (QNN Saver), modellib (gcc), compile (per chip),
-verify (simulator and CPU reference), and, from their steps' times (forks: no imports), parity (PyTorch and
-CPU) and the sherpa-onnx loop. Writes <out>/first-build.json.
+"""The first `doit` of the shipped models, as the README's first command runs it (a measurement, not
+a test): in a fresh clone of this checkout's HEAD, `doit` with the defaults (parallel, steps forked
+from the fork server). Reports the wall time with the load average before it, the seconds every
+step's own process took (`# exit N after S s` in the step logs), and the seconds inside the tools,
+from the records: export (torch.onnx.export), onnxsim, convert (QNN Saver), modellib (gcc), compile
+(per chip), verify (simulator and CPU reference), and, from their steps' times (forks: no imports),
+parity (PyTorch and CPU) and the sherpa-onnx loop. Writes <out>/first-build.json.
 
     python bench/first_build.py [--out bench/results] [--commit REV --name first-build-REV]
 
---commit builds another commit of this repository the same way (a baseline measured on the same machine, in
-the same hour: the machine's speed varies between sessions by up to 2x)."""
+--commit builds another commit of this repository the same way (a baseline measured on the same
+machine, in the same hour: the machine's speed varies between sessions by up to 2x)."""
 from __future__ import annotations
 
 import argparse
@@ -47,7 +47,8 @@ def main() -> int:
         if opts.commit:
             subprocess.run(["git", "checkout", "-q", opts.commit], cwd=folder, check=True)
         before, started = load(), time.monotonic()
-        # PYTHONPATH: the clone's own toolchain, not the editable install's (its finder would win in doit's process)
+        # PYTHONPATH: the clone's own toolchain, not the editable install's (its finder would win
+        # in doit's process)
         env = {k: v for k, v in os.environ.items() if k not in ("QNN_JOBS", "QNN_CACHE", "CI")}
         done = subprocess.run(["doit"], cwd=folder, capture_output=True, text=True,
                               env={**env, "PYTHONPATH": str(folder)})
@@ -57,22 +58,38 @@ def main() -> int:
         build = folder / "build"
         logs = [p.read_text(errors="replace") for p in build.rglob("*.log")]
         steps = sum(float(s) for text in logs for s in EXIT.findall(text))
-        tools = {"export": records(build, "*/*/export.json"),
-                 "onnxsim": sum(float(s) for text in logs for s in ONNXSIM.findall(text)),
-                 "convert": records(build, "*/*/*/*.convert.json"),     # the design card's route (issue 20)
-                 "modellib": records(build, "*/*/*/*.modellib.json"),
-                 "compile": records(build, "*/*/*/*.compile.json"),
-                 "parity": sum(float(s) for p in build.glob("*/parity.log") for s in EXIT.findall(p.read_text())),
-                 "verify": records(build, "*/*/*/verify.json"),
-                 # the sherpa loop's record has no own timing: its step's process time (a fork: no imports)
-                 "sherpa": sum(float(s) for p in build.glob("*/*/*/sherpa-run*.log")
-                               for s in EXIT.findall(p.read_text()))}
+        tools = {
+            "export": records(build, "*/*/export.json"),
+            "onnxsim": sum(float(s) for text in logs for s in ONNXSIM.findall(text)),
+            # the design card's route (issue 20)
+            "convert": records(build, "*/*/*/*.convert.json"),
+            "modellib": records(build, "*/*/*/*.modellib.json"),
+            "compile": records(build, "*/*/*/*.compile.json"),
+            "parity": sum(
+                float(s) for p in build.glob("*/parity.log") for s in EXIT.findall(p.read_text())
+            ),
+            "verify": records(build, "*/*/*/verify.json"),
+            # the sherpa loop's record has no own timing: its step's process time (a
+            # fork: no imports)
+            "sherpa": sum(
+                float(s)
+                for p in build.glob("*/*/*/sherpa-run*.log")
+                for s in EXIT.findall(p.read_text())
+            ),
+        }
         ran = sum(1 for line in done.stdout.splitlines() if line.startswith(".  "))
-    result = {"wall_s": round(wall, 1), "load_before": before, "cores": os.cpu_count(), "tasks_run": ran,
-              "step_processes_s": round(steps, 1), "in_tool_s": {k: round(v, 1) for k, v in tools.items()},
-              "in_tool_total_s": round(sum(tools.values()), 1),
-              "commit": subprocess.run(["git", "rev-parse", opts.commit or "HEAD"], cwd=ROOT, capture_output=True,
-                                       text=True).stdout.strip()}
+    result = {
+        "wall_s": round(wall, 1),
+        "load_before": before,
+        "cores": os.cpu_count(),
+        "tasks_run": ran,
+        "step_processes_s": round(steps, 1),
+        "in_tool_s": {k: round(v, 1) for k, v in tools.items()},
+        "in_tool_total_s": round(sum(tools.values()), 1),
+        "commit": subprocess.run(
+            ["git", "rev-parse", opts.commit or "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip(),
+    }
     out = Path(opts.out) / f"{opts.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")

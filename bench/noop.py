@@ -1,19 +1,21 @@
 #!/usr/bin/env python3
-"""What a no-op `doit` (everything up to date) costs: the shipped models (models/*.toml) and a generated project of
-20 models x 10 chips (the test model, w8a16), each with its doit state filled as after a real build (projects.fill:
-no stage runs), timed several times; the median wall and CPU time, and the load average before each run.
+"""What a no-op `doit` (everything up to date) costs: the shipped models (models/*.toml) and a
+generated project of 20 models x 10 chips (the test model, w8a16), each with its doit state filled
+as after a real build (projects.fill: no stage runs), timed several times; the median wall and CPU
+time, and the load average before each run.
 
     python bench/noop.py [--runs 7] [--before REV] [--profile] [--out FILE]
     /path/to/venv/bin/python bench/noop.py ...   # the same, in another environment (a user's venv)
 
---before REV also times the same projects with the toolchain (and dodo.py) of REV, runs alternating so both see
-the same machine. --profile then adds the median time of each phase of a no-op (PHASES) to noop.json, and writes
-where one no-op of the shipped project spends its time (cProfile through the same harness, and `python -X
-importtime`) to bench/results/noop-profile.txt. "doit-floor" is a one-task doit project without the toolchain:
-what any no-op costs on this machine, so the toolchain's share is the difference. Goals (issue 33): <= 0.3 s wall
-for the shipped project, <= 1 s for 20 x 10. Writes bench/results/noop.json; run it alone (the load average is
-recorded). The floor depends on the environment (doit scans every installed distribution for plugins; an
-editable install adds an import finder to every start), so the record names the interpreter and counts them."""
+--before REV also times the same projects with the toolchain (and dodo.py) of REV, runs alternating
+so both see the same machine. --profile then adds the median time of each phase of a no-op (PHASES)
+to noop.json, and writes where one no-op of the shipped project spends its time (cProfile through
+the same harness, and `python -X importtime`) to bench/results/noop-profile.txt. "doit-floor" is a
+one-task doit project without the toolchain: what any no-op costs on this machine, so the
+toolchain's share is the difference. Goals (issue 33): <= 0.3 s wall for the shipped project, <= 1 s
+for 20 x 10. Writes bench/results/noop.json; run it alone (the load average is recorded). The floor
+depends on the environment (doit scans every installed distribution for plugins; an editable install
+adds an import finder to every start), so the record names the interpreter and counts them."""
 from __future__ import annotations
 
 import argparse
@@ -36,18 +38,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from projects import ALL_CHIPS, DOIT, ROOT, count_tasks, doit, environment, fill, make_project  # noqa: E402
 
 GOALS = {"shipped": 0.3, "synthetic-20x10": 1.0}   # seconds of wall time
-# The floor: a doit project of one up-to-date task and no toolchain. What any no-op costs on this machine (Python's
-# start with its site-packages, doit's imports, doit's scan of every installed distribution for plugins), timed
-# beside the others so the toolchain's own share is the difference.
+# The floor: a doit project of one up-to-date task and no toolchain. What any no-op costs on this
+# machine (Python's start with its site-packages, doit's imports, doit's scan of every installed
+# distribution for plugins), timed beside the others so the toolchain's own share is the difference.
 FLOOR_DODO = ('"""One task with one input, up to date after the first run."""\n\n\n'
               'def task_floor():\n    return {"actions": None, "file_dep": ["dodo.py"]}\n')
-PROFILE = ("import cProfile, pstats, sys; p = cProfile.Profile(); p.enable(); from doit.doit_cmd import DoitMain; "
-           "rc = DoitMain().run(sys.argv[1:]); p.disable(); s = pstats.Stats(p, stream=sys.stderr); "
-           "s.sort_stats('cumulative').print_stats(40); s.sort_stats('tottime').print_stats(25); sys.exit(rc)")
+PROFILE = (
+    "import cProfile, pstats, sys; p = cProfile.Profile(); p.enable(); from doit.doit_cmd import "
+    "DoitMain; "
+    "rc = DoitMain().run(sys.argv[1:]); p.disable(); s = pstats.Stats(p, stream=sys.stderr); "
+    "s.sort_stats('cumulative').print_stats(40); s.sort_stats('tottime').print_stats(25); "
+    "sys.exit(rc)"
+)
 IMPORT_TIME = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)$", re.M)
-# One no-op in phases, in its own process: doit's imports, the toolchain's, the dodo (project, task dicts), doit's
-# setup (plugins, Task objects), its up-to-date checks (Dependency.get_status) and the rest of its run (state DB,
-# reporter). The interpreter's own start is `python -c pass`.
+# One no-op in phases, in its own process: doit's imports, the toolchain's, the dodo (project, task
+# dicts), doit's setup (plugins, Task objects), its up-to-date checks (Dependency.get_status) and
+# the rest of its run (state DB, reporter). The interpreter's own start is `python -c pass`.
 PHASES = r"""
 import json, os, runpy, time
 started = time.perf_counter()
@@ -74,7 +80,9 @@ def timed(owner, name):
 timed(runner.Runner, "run_all")
 timed(dependency.Dependency, "get_status")
 with open(os.devnull, "w") as out:
-    rc = DoitMain(ModuleTaskLoader(namespace), config_filenames=(), extra_config={"GLOBAL": {"outfile": out}}).run([])
+    main = DoitMain(ModuleTaskLoader(namespace), config_filenames=(),
+                    extra_config={"GLOBAL": {"outfile": out}})
+    rc = main.run([])
 ended, last, found = time.perf_counter(), started, {}
 for name, at in marks.items():
     found[name], last = at - last, at
@@ -90,26 +98,31 @@ def shipped(root: Path) -> Path:
     root.mkdir(parents=True)
     shutil.copy(ROOT / "dodo.py", root / "dodo.py")
     for name in ("models", "toolchain"):
-        shutil.copytree(ROOT / name, root / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            ROOT / name, root / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__")
+        )
     return root
 
 
 def with_toolchain_of(src: Path, dst: Path, rev: str) -> Path:
-    """A copy of the project `src` (not yet filled: its state names its toolchain's files) whose toolchain and
-    dodo.py are those of commit `rev`."""
+    """A copy of the project `src` (not yet filled: its state names its toolchain's files) whose
+    toolchain and dodo.py are those of commit `rev`."""
     shutil.copytree(src, dst, symlinks=True)
     shutil.rmtree(dst / "toolchain")
-    archive = subprocess.run(["git", "archive", rev, "toolchain", "dodo.py"], cwd=ROOT, capture_output=True,
-                             check=True).stdout
+    archive = subprocess.run(
+        ["git", "archive", rev, "toolchain", "dodo.py"], cwd=ROOT, capture_output=True, check=True
+    ).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(dst, filter="data")
     return dst
 
 
 def time_noops(trees: dict[str, Path], runs: int) -> dict:
-    """`runs` no-op runs of each tree, alternating; the load average (1 min) is read before each run."""
+    """`runs` no-op runs of each tree, alternating; the load average (1 min) is read
+    before each run."""
     for root in trees.values():
-        doit(root)   # the first no-op after filling learns the stamps and warms the page cache: not counted
+        # the first no-op after filling learns the stamps and warms the page cache: not counted
+        doit(root)
     found: dict = {name: {"walls": [], "cpus": [], "load_before": []} for name in trees}
     for _ in range(runs):
         for name, root in trees.items():
@@ -130,13 +143,18 @@ def time_noops(trees: dict[str, Path], runs: int) -> dict:
 
 
 def phases(root: Path, runs: int = 5) -> dict:
-    """Median seconds of each phase of a no-op in `root` (PHASES), and of the interpreter's own start."""
+    """Median seconds of each phase of a no-op in `root` (PHASES), and of the
+    interpreter's own start."""
     env, found = environment(), {}
     for _ in range(runs):
         started = time.perf_counter()
         subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)
-        found.setdefault("python start (interpreter, site)", []).append(time.perf_counter() - started)
-        done = subprocess.run([sys.executable, "-c", PHASES], cwd=root, env=env, capture_output=True, text=True)
+        found.setdefault("python start (interpreter, site)", []).append(
+            time.perf_counter() - started
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", PHASES], cwd=root, env=env, capture_output=True, text=True
+        )
         result = json.loads(done.stdout.strip().splitlines()[-1])
         assert result["rc"] == 0, done.stderr
         for name, seconds in result["seconds"].items():
@@ -145,18 +163,33 @@ def phases(root: Path, runs: int = 5) -> dict:
 
 
 def profile(root: Path, top: int = 25) -> str:
-    """cProfile of one no-op in `root` (cumulative and own time), and its slowest imports (-X importtime)."""
+    """cProfile of one no-op in `root` (cumulative and own time), and its slowest
+    imports (-X importtime)."""
     env = environment()
-    done = subprocess.run([sys.executable, "-c", PROFILE], cwd=root, env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", PROFILE], cwd=root, env=env, capture_output=True, text=True
+    )
     stats = done.stderr.strip()
-    done = subprocess.run([sys.executable, "-X", "importtime", "-c", DOIT], cwd=root, env=env, capture_output=True,
-                          text=True)
-    imports = sorted(((int(cum), len(indent) // 2, name) for _, cum, indent, name in IMPORT_TIME.findall(done.stderr)),
-                     reverse=True)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", DOIT],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    imports = sorted(
+        (
+            (int(cum), len(indent) // 2, name)
+            for _, cum, indent, name in IMPORT_TIME.findall(done.stderr)
+        ),
+        reverse=True,
+    )
     heavy = [name for name in ("numpy", "onnx", "onnxruntime", "torch", "onnxsim")
              if any(n == name for _, _, n in imports)]
-    lines = [f"-X importtime: {len(imports)} modules imported; heavy ones: {', '.join(heavy) or 'none'}",
-             "slowest (cumulative us, depth, module):"]
+    lines = [
+        f"-X importtime: {len(imports)} modules imported; heavy ones: {', '.join(heavy) or 'none'}",
+        "slowest (cumulative us, depth, module):",
+    ]
     lines += [f"  {cum:>8} {depth:>2} {name}" for cum, depth, name in imports[:top]]
     return "\n".join(lines) + "\n\ncProfile of one no-op:\n" + stats + "\n"
 
@@ -169,8 +202,10 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(ROOT / "bench/results/noop.json"))
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="qnn-noop-"))
-    trees = {"shipped": shipped(work / "shipped"),
-             "synthetic-20x10": make_project(work / "synthetic-20x10", 20, ALL_CHIPS[:10], w8a16=True)}
+    trees = {
+        "shipped": shipped(work / "shipped"),
+        "synthetic-20x10": make_project(work / "synthetic-20x10", 20, ALL_CHIPS[:10], w8a16=True),
+    }
     if args.before:
         for name, root in list(trees.items()):
             trees[f"{name} before"] = with_toolchain_of(root, work / f"{name}-before", args.before)
@@ -179,19 +214,35 @@ def main(argv=None) -> int:
     trees["doit-floor"] = work / "doit-floor"
     trees["doit-floor"].mkdir()
     (trees["doit-floor"] / "dodo.py").write_text(FLOOR_DODO)
-    data = {"cores": os.cpu_count(), "runs": args.runs, "before_commit": args.before,
-            "head": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                   text=True).stdout.strip(),
-            "environment": {"python": sys.prefix, "distributions": len(list(metadata.distributions())),
-                            "path_files": sorted(p.name for p in Path(sysconfig.get_paths()["purelib"]).glob("*.pth"))},
-            "projects": time_noops(trees, args.runs)}
+    data = {
+        "cores": os.cpu_count(),
+        "runs": args.runs,
+        "before_commit": args.before,
+        "head": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip(),
+        "environment": {
+            "python": sys.prefix,
+            "distributions": len(list(metadata.distributions())),
+            "path_files": sorted(
+                p.name for p in Path(sysconfig.get_paths()["purelib"]).glob("*.pth")
+            ),
+        },
+        "projects": time_noops(trees, args.runs),
+    }
     out = Path(args.out)
     out.write_text(json.dumps(data, indent=1) + "\n")
     for name, row in data["projects"].items():
-        print(f"{name:28} {row['tasks']:5} tasks  wall {row['median_wall']:.3f} s  CPU {row['median_cpu']:.3f} s  "
-              f"load {min(row['load_before']):.2f}-{max(row['load_before']):.2f}"
-              + (f"  goal {row['goal_wall']} s: {'met' if row['meets_goal'] else 'NOT met'}" if "goal_wall" in row
-                 else ""))
+        print(
+            f"{name:28} {row['tasks']:5} tasks  wall {row['median_wall']:.3f} s  CPU "
+            f"{row['median_cpu']:.3f} s  "
+            f"load {min(row['load_before']):.2f}-{max(row['load_before']):.2f}"
+            + (
+                f"  goal {row['goal_wall']} s: {'met' if row['meets_goal'] else 'NOT met'}"
+                if "goal_wall" in row
+                else ""
+            )
+        )
     if args.profile:
         data["phases"] = {name: phases(trees[name]) for name in ("shipped", "synthetic-20x10")}
         (ROOT / "bench/results/noop-profile.txt").write_text(profile(trees["shipped"]))

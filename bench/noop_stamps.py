@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""What the stamp memo (ctime and inode beside size and mtime: toolchain/engine/state/stamps.py) costs a no-op `doit`:
-the full task graph of the models shipped at the commit before (both trees the same graph), its doit state
-filled as after a real build (projects.fill), timed with the toolchain of a commit before the memo and with
-this one, runs alternating so both see the same machine.
+"""What the stamp memo (ctime and inode beside size and mtime: toolchain/engine/state/stamps.py)
+costs a no-op `doit`: the full task graph of the models shipped at the commit before (both trees the
+same graph), its doit state filled as after a real build (projects.fill), timed with the toolchain
+of a commit before the memo and with this one, runs alternating so both see the same machine.
 
     python bench/noop_stamps.py [--before 3127870] [--runs 7]
 
@@ -26,8 +26,8 @@ from projects import ROOT, count_tasks, doit, fill  # noqa: E402
 
 
 def tree(dst: Path, rev: str, own_toolchain: bool) -> Path:
-    """The models shipped at `rev` (the same task graph for both), with the toolchain of `rev` or of the working
-    tree (`own_toolchain`)."""
+    """The models shipped at `rev` (the same task graph for both), with the toolchain of `rev` or of
+    the working tree (`own_toolchain`)."""
     dst.mkdir(parents=True)
     archive = subprocess.run(["git", "archive", rev, "toolchain", "dodo.py", "models"], cwd=ROOT,
                              capture_output=True, check=True).stdout
@@ -35,7 +35,9 @@ def tree(dst: Path, rev: str, own_toolchain: bool) -> Path:
         tar.extractall(dst, filter="data")
     if own_toolchain:
         shutil.rmtree(dst / "toolchain")
-        shutil.copytree(ROOT / "toolchain", dst / "toolchain", ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            ROOT / "toolchain", dst / "toolchain", ignore=shutil.ignore_patterns("__pycache__")
+        )
         shutil.copy(ROOT / "dodo.py", dst / "dodo.py")
     return dst
 
@@ -46,10 +48,14 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=7)
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="qnn-noop-"))
-    trees = {"before": tree(work / "before", args.before, False), "after": tree(work / "after", args.before, True)}
+    trees = {
+        "before": tree(work / "before", args.before, False),
+        "after": tree(work / "after", args.before, True),
+    }
     for root in trees.values():
         fill(root)
-        doit(root)   # the first no-op after filling: learns the stamps (after) / warms the page cache (both)
+        # the first no-op after filling: learns the stamps (after) / warms the page cache (both)
+        doit(root)
     walls = {name: [] for name in trees}
     cpus = {name: [] for name in trees}
     loads = [os.getloadavg()]
@@ -67,13 +73,18 @@ def main(argv=None) -> int:
             "load_average": [[round(x, 2) for x in load] for load in loads],
             "stamps_file_bytes": os.path.getsize(trees["after"] / "build/.stamps.json")}
     data["after_vs_before"] = round(data["median_wall"]["after"] / data["median_wall"]["before"], 3)
-    # a tree built by the commit before, then this toolchain: nothing runs; the first no-op reads every file once
+    # a tree built by the commit before, then this toolchain: nothing runs; the first no-op reads
+    # every file once
     old = trees["before"]
     shutil.rmtree(old / "toolchain")
-    shutil.copytree(ROOT / "toolchain", old / "toolchain", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "toolchain", old / "toolchain", ignore=shutil.ignore_patterns("__pycache__")
+    )
     first, second = doit(old), doit(old)
-    data["upgrade"] = {"first_noop": {"seconds": round(first.wall, 3), "executed": first.executed},
-                       "second_noop": {"seconds": round(second.wall, 3), "executed": second.executed}}
+    data["upgrade"] = {
+        "first_noop": {"seconds": round(first.wall, 3), "executed": first.executed},
+        "second_noop": {"seconds": round(second.wall, 3), "executed": second.executed},
+    }
     out = ROOT / "bench/results/noop-stamps.json"
     out.write_text(json.dumps(data, indent=1) + "\n")
     print(json.dumps(data, indent=1))

@@ -6,13 +6,15 @@ In a fresh clone of this checkout's HEAD (so the build is cold and nothing here 
 `<stage>:<model>/*` and what it needs, cleaning in between:
 - serial (`doit -n 1`), every step a fork of the fork server (the default);
 - serial with `workers=fresh` (every step a new interpreter, as before the fork server);
-- the default (parallel) run, filling a shared cache; then a second clone restores it all (warm cache);
-- the per-chip script (bench/sherpa_style.py, one folder and one process per chip, running the stages the
-  doit selection ran, the same stage functions so the same compile options), chips one after another.
-Reports each wall time with the load average before it, the seconds the tools themselves took (export.json,
-onnxsim's line in the simplify log, *.compile.json, the parity step: PyTorch and onnxruntime on the CPU),
-the seconds every step's process took (`# exit N after S s`), and the ratios. Writes
-<out>/overhead-<model>.json."""
+- the default (parallel) run, filling a shared cache; then a second clone restores it
+all (warm cache); - the per-chip script (bench/sherpa_style.py, one folder and one process per chip,
+running the stages the
+  doit selection ran, the same stage functions so the same compile options), chips
+  one after another.
+Reports each wall time with the load average before it, the seconds the tools themselves took
+(export.json, onnxsim's line in the simplify log, *.compile.json, the parity step: PyTorch and
+onnxruntime on the CPU), the seconds every step's process took (`# exit N after S s`), and the
+ratios. Writes <out>/overhead-<model>.json."""
 from __future__ import annotations
 
 import argparse
@@ -43,7 +45,9 @@ def build(folder: Path, selection: str, jobs: list[str]) -> dict:
                                if k not in ("QNN_JOBS", "QNN_CACHE", "QNN_WORKERS")})
     wall = time.monotonic() - started
     if done.returncode:
-        sys.exit(f"doit {' '.join(jobs)} {selection} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        sys.exit(
+            f"doit {' '.join(jobs)} {selection} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+        )
     ran = [line[3:] for line in done.stdout.splitlines() if line.startswith(".  ")]
     return {"wall_s": round(wall, 1), "load_before": before, "tasks_run": len(ran),
             "stages": sorted({name.split(":")[0] for name in ran})}
@@ -51,32 +55,56 @@ def build(folder: Path, selection: str, jobs: list[str]) -> dict:
 
 def seconds(folder: Path, model: str) -> dict:
     build_dir = folder / "build" / model
-    tool = {"export": sum(json.loads(p.read_text())["seconds"] for p in build_dir.glob("*/export.json")),
-            "onnxsim": sum(float(m.group(1)) for p in build_dir.glob("*/*.simplify.log")
-                           for m in ONNXSIM.finditer(p.read_text(errors="replace"))),
-            # parity runs PyTorch and onnxruntime: its step's time (a fork: no imports) is tool time
-            "parity": sum(float(m.group(1)) for p in build_dir.glob("parity.log")
-                          for m in EXIT.finditer(p.read_text(errors="replace"))),
-            "compile": sum(json.loads(p.read_text())["seconds"] for p in build_dir.glob("*/*/*.compile.json"))}
+    tool = {
+        "export": sum(
+            json.loads(p.read_text())["seconds"] for p in build_dir.glob("*/export.json")
+        ),
+        "onnxsim": sum(
+            float(m.group(1))
+            for p in build_dir.glob("*/*.simplify.log")
+            for m in ONNXSIM.finditer(p.read_text(errors="replace"))
+        ),
+        # parity runs PyTorch and onnxruntime: its step's time (a fork: no imports) is tool time
+        "parity": sum(
+            float(m.group(1))
+            for p in build_dir.glob("parity.log")
+            for m in EXIT.finditer(p.read_text(errors="replace"))
+        ),
+        "compile": sum(
+            json.loads(p.read_text())["seconds"] for p in build_dir.glob("*/*/*.compile.json")
+        ),
+    }
     steps = sum(float(m.group(1)) for p in build_dir.rglob("*.log")
                 for m in EXIT.finditer(p.read_text(errors="replace")))
-    return {"in_tool_s": {k: round(v, 1) for k, v in tool.items()}, "step_processes_s": round(steps, 1)}
+    return {
+        "in_tool_s": {k: round(v, 1) for k, v in tool.items()},
+        "step_processes_s": round(steps, 1),
+    }
 
 
 def per_chip_script(folder: Path, model: str, stages: list[str], work: Path) -> dict:
-    """bench/sherpa_style.py once per chip of `model`, each in a fresh folder whose spec lists that chip."""
+    """bench/sherpa_style.py once per chip of `model`, each in a fresh folder whose spec
+    lists that chip."""
     spec = folder / "models" / f"{model}.toml"
     text = spec.read_text()
     chips = re.search(r"^chips = \[(.*)\]$", text, re.M).group(1)
     runs, before = {}, load()
     for chip in [c.strip().strip('"') for c in chips.split(",")]:
         job = work / f"job-{chip}"
-        shutil.copytree(folder / "models", job / "models", ignore=shutil.ignore_patterns("*.toml", "extra"))
-        (job / "models" / spec.name).write_text(re.sub(r"^chips = \[.*\]$", f'chips = ["{chip}"]', text, flags=re.M))
+        shutil.copytree(
+            folder / "models", job / "models", ignore=shutil.ignore_patterns("*.toml", "extra")
+        )
+        (job / "models" / spec.name).write_text(
+            re.sub(r"^chips = \[.*\]$", f'chips = ["{chip}"]', text, flags=re.M)
+        )
         started = time.monotonic()
-        subprocess.run([sys.executable, str(folder / "bench" / "sherpa_style.py"), str(job), ",".join(stages)],
-                       cwd=folder, check=True, capture_output=True,
-                       env={**os.environ, "PYTHONPATH": str(folder)})
+        subprocess.run(
+            [sys.executable, str(folder / "bench" / "sherpa_style.py"), str(job), ",".join(stages)],
+            cwd=folder,
+            check=True,
+            capture_output=True,
+            env={**os.environ, "PYTHONPATH": str(folder)},
+        )
         runs[chip] = round(time.monotonic() - started, 1)
     return {"wall_s": round(sum(runs.values()), 1), "load_before": before, "per_chip_s": runs}
 
@@ -99,25 +127,42 @@ def main() -> int:
         warm = Path(tmp) / "warm"
         subprocess.run(["git", "clone", "-q", str(ROOT), str(warm)], check=True)
         runs["warm_cache"] = build(warm, selection, [f"cache={cache}"])
-        runs["per_chip_script"] = per_chip_script(folder, opts.model, runs["serial"]["stages"], Path(tmp))
+        runs["per_chip_script"] = per_chip_script(
+            folder, opts.model, runs["serial"]["stages"], Path(tmp)
+        )
     serial = runs["serial"]
     in_tool = sum(serial["in_tool_s"].values())
-    result = {"model": opts.model, "selection": selection, "cores": os.cpu_count(), "runs": runs,
-              "commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                                       text=True).stdout.strip(),
-              "ratios": {"serial_wall_over_in_tool": round(serial["wall_s"] / in_tool, 2),
-                         "serial_wall_over_step_processes": round(serial["wall_s"] / serial["step_processes_s"], 2),
-                         "fresh_over_forked_serial": round(runs["serial_fresh"]["wall_s"] / serial["wall_s"], 2),
-                         "serial_over_default": round(serial["wall_s"] / runs["default"]["wall_s"], 2),
-                         "script_over_serial": round(runs["per_chip_script"]["wall_s"] / serial["wall_s"], 2),
-                         "script_over_default": round(runs["per_chip_script"]["wall_s"] / runs["default"]["wall_s"], 2),
-                         "warm_over_cold": round(runs["warm_cache"]["wall_s"] / runs["default"]["wall_s"], 3)}}
+    result = {
+        "model": opts.model,
+        "selection": selection,
+        "cores": os.cpu_count(),
+        "runs": runs,
+        "commit": subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip(),
+        "ratios": {
+            "serial_wall_over_in_tool": round(serial["wall_s"] / in_tool, 2),
+            "serial_wall_over_step_processes": round(
+                serial["wall_s"] / serial["step_processes_s"], 2
+            ),
+            "fresh_over_forked_serial": round(runs["serial_fresh"]["wall_s"] / serial["wall_s"], 2),
+            "serial_over_default": round(serial["wall_s"] / runs["default"]["wall_s"], 2),
+            "script_over_serial": round(runs["per_chip_script"]["wall_s"] / serial["wall_s"], 2),
+            "script_over_default": round(
+                runs["per_chip_script"]["wall_s"] / runs["default"]["wall_s"], 2
+            ),
+            "warm_over_cold": round(runs["warm_cache"]["wall_s"] / runs["default"]["wall_s"], 3),
+        },
+    }
     out = Path(opts.out) / f"overhead-{opts.model}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     for name, run in runs.items():
-        print(f"{name:15} wall {run['wall_s']:6.1f} s (load {run['load_before']}); in-tool {run.get('in_tool_s')}; "
-              f"step processes {run.get('step_processes_s')} s")
+        print(
+            f"{name:15} wall {run['wall_s']:6.1f} s (load {run['load_before']}); in-tool "
+            f"{run.get('in_tool_s')}; "
+            f"step processes {run.get('step_processes_s')} s"
+        )
     print(f"ratios {result['ratios']} -> {out}")
     return 0
 

@@ -21,11 +21,18 @@ from toolchain.spec import chips as chip_table  # noqa: E402  (the repository's,
 
 ALL_CHIPS = list(chip_table.load())   # 10 rows; SM8350 has no fp16, so 10-chip builds use w8a16
 FP16_CHIPS = [c.name for c in chip_table.load().values() if c.fp16]
-W8A16 = {'precision = "fp16"': 'precision = "w8a16"\ncalibration = 8', "max_rel = 0.02": "max_rel_w8a16 = 0.2"}
+W8A16 = {
+    'precision = "fp16"': 'precision = "w8a16"\ncalibration = 8',
+    "max_rel = 0.02": "max_rel_w8a16 = 0.2",
+}
 # `python -m doit` that also reports its own CPU time and its step processes' (all waited for)
-DOIT = ("import resource, sys; from doit.doit_cmd import DoitMain; rc = DoitMain().run(sys.argv[1:]); "
-        "s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN); "
-        "print(f'@@cpu {s.ru_utime + s.ru_stime} {c.ru_utime + c.ru_stime}', file=sys.stderr); sys.exit(rc)")
+DOIT = (
+    "import resource, sys; from doit.doit_cmd import DoitMain; rc = DoitMain().run(sys.argv[1:]); "
+    "s, c = resource.getrusage(resource.RUSAGE_SELF), "
+    "resource.getrusage(resource.RUSAGE_CHILDREN); "
+    "print(f'@@cpu {s.ru_utime + s.ru_stime} {c.ru_utime + c.ru_stime}', file=sys.stderr); "
+    "sys.exit(rc)"
+)
 EXIT = re.compile(r"^# exit \d+ after ([\d.]+) s$", re.M)
 RESTORED = "# restored from cache"
 _CHECKPOINT: list[Path] = []
@@ -60,17 +67,28 @@ with open(os.devnull, "w") as out:
 """  # noqa: E501  (FILL is the source `python -c` runs: wrapping it would change the string)
 
 
-def make_project(root: Path, models: int, chips: list[str], w8a16: bool = False, names=None) -> Path:
+def make_project(
+    root: Path, models: int, chips: list[str], w8a16: bool = False, names=None
+) -> Path:
     """A project of `models` copies of the test model (tiny, or tiny00, tiny01, ...) for `chips`."""
     (root / "models").mkdir(parents=True)
     shutil.copy(ROOT / "dodo.py", root / "dodo.py")
-    shutil.copytree(ROOT / "toolchain", root / "toolchain", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "toolchain", root / "toolchain", ignore=shutil.ignore_patterns("__pycache__")
+    )
     shutil.copy(FIXTURES / "tinynet.py", root / "models/tinynet.py")
     checkpoint = root / "models/tiny.pt"
     if not _CHECKPOINT:   # one seeded checkpoint, copied into every project
         made = Path(tempfile.mkdtemp(prefix="qnn-bench-ckpt-")) / "tiny.pt"
-        subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(FIXTURES)!r}); import "
-                        f"tinynet; tinynet.make_checkpoint({str(made)!r}, 0)"], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                f"import sys; sys.path.insert(0, {str(FIXTURES)!r}); import "
+                f"tinynet; tinynet.make_checkpoint({str(made)!r}, 0)",
+            ],
+            check=True,
+        )
         _CHECKPOINT.append(made)
     shutil.copy(_CHECKPOINT[0], checkpoint)
     pin = _sha256(checkpoint)
@@ -97,7 +115,8 @@ def checkout(src: Path, dst: Path) -> Path:
 
 class Run(NamedTuple):
     wall: float       # seconds
-    own_cpu: float    # CPU seconds of the doit process: loading, scheduling, state, in-process actions
+    # CPU seconds of the doit process: loading, scheduling, state, in-process actions
+    own_cpu: float
     tools_cpu: float  # CPU seconds of every step process it started
     executed: list
 
@@ -112,12 +131,18 @@ def doit(root: Path, *args: str, cache: Path | None = None) -> Run:
     if cache:
         env["QNN_CACHE"] = str(cache)
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", DOIT, *args], cwd=root, env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", DOIT, *args], cwd=root, env=env, capture_output=True, text=True
+    )
     wall = time.perf_counter() - started
     if done.returncode:
-        raise RuntimeError(f"doit {' '.join(args)} in {root} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+        raise RuntimeError(
+            f"doit {' '.join(args)} in {root} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+        )
     own, tools = map(float, re.search(r"^@@cpu (\S+) (\S+)$", done.stderr, re.M).groups())
-    return Run(wall, own, tools, [line[3:] for line in done.stdout.splitlines() if line.startswith(".  ")])
+    return Run(
+        wall, own, tools, [line[3:] for line in done.stdout.splitlines() if line.startswith(".  ")]
+    )
 
 
 def noop(root: Path, runs: int = 3) -> Run:
@@ -135,21 +160,33 @@ def cpu_of(argv: list[str], **kwargs) -> tuple[float, float]:
 
 
 def fill(root: Path) -> None:
-    """A complete build's doit state without running a stage: each action replaced by one that creates
-    its targets empty, so a no-op `doit` then checks exactly what it checks after a real build."""
+    """A complete build's doit state without running a stage: each action replaced by one
+    that creates its targets empty, so a no-op `doit` then checks exactly what it checks
+    after a real build."""
     subprocess.run([sys.executable, "-c", FILL], cwd=root, check=True, env=environment())
 
 
 def count_tasks(root: Path) -> int:
-    out = subprocess.run([sys.executable, "-m", "doit", "list", "--all", "-q"], cwd=root, capture_output=True,
-                         text=True, check=True, env=environment()).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "doit", "list", "--all", "-q"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=environment(),
+    ).stdout
     return len(out.split())
 
 
 def tool_seconds(root: Path) -> tuple[float, int]:
-    """(seconds, steps) the heavy steps spent in their own processes: the '# exit N after S s' lines."""
-    found = [float(m.group(1)) for p in (root / "build").rglob("*.log")
-             for m in [EXIT.search(p.read_text(errors="replace"))] if m and RESTORED not in p.read_text()]
+    """(seconds, steps) the heavy steps spent in their own processes: the '# exit N after
+    S s' lines."""
+    found = [
+        float(m.group(1))
+        for p in (root / "build").rglob("*.log")
+        for m in [EXIT.search(p.read_text(errors="replace"))]
+        if m and RESTORED not in p.read_text()
+    ]
     return sum(found), len(found)
 
 
@@ -158,19 +195,31 @@ def same_outputs(a: Path, b: Path) -> bool:
     def load(path):
         def strip(v):
             if isinstance(v, dict):
-                return {k: strip(x) for k, x in v.items() if k not in ("seconds", "compile_seconds")}
+                return {
+                    k: strip(x) for k, x in v.items() if k not in ("seconds", "compile_seconds")
+                }
             return [strip(x) for x in v] if isinstance(v, list) else v
         return strip(json.loads(path.read_text())) if path.suffix == ".json" else path.read_bytes()
 
     def files(root):
-        return {str(p.relative_to(root / "build")) for p in (root / "build").rglob("*") if p.is_file()
-                and not p.name.startswith((".doit.db", "report.")) and p.suffix != ".log" and ".locks" not in p.parts}
-    return files(a) == files(b) and all(load(a / "build" / f) == load(b / "build" / f) for f in files(a))
+        return {
+            str(p.relative_to(root / "build"))
+            for p in (root / "build").rglob("*")
+            if p.is_file()
+            and not p.name.startswith((".doit.db", "report."))
+            and p.suffix != ".log"
+            and ".locks" not in p.parts
+        }
+
+    return files(a) == files(b) and all(
+        load(a / "build" / f) == load(b / "build" / f) for f in files(a)
+    )
 
 
 def environment() -> dict:
-    """This environment without the cache and limit settings, and with bytecode caching on, as a normal
-    install has it (PYTHONDONTWRITEBYTECODE would recompile toolchain/ on every doit start)."""
+    """This environment without the cache and limit settings, and with bytecode caching
+    on, as a normal install has it (PYTHONDONTWRITEBYTECODE would recompile toolchain/ on
+    every doit start)."""
     drop = ("QNN_CACHE", "QNN_LIMITS", "PYTHONDONTWRITEBYTECODE")
     return {k: v for k, v in os.environ.items() if k not in drop}
 

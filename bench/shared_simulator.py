@@ -1,19 +1,22 @@
 #!/usr/bin/env python3
-"""Can a QAIRT family's x86 HTP simulator run a context whose weights are shared between graphs? (issue 34)
+"""Can a QAIRT family's x86 HTP simulator run a context whose weights are shared between
+graphs? (issue 34)
 
-Two tiny graphs that hold the same 256x256 weight ([1, 8, 256] and [1, 16, 256] inputs: two "windows") are compiled
-into one context by the EP's own sharing (`ep.share_ep_contexts`, as `doit share` does), and, as the control, each
-graph alone into a plain context of its own. Each graph is then loaded and run on the simulator from each context in
-a fresh process (the EP's bytes and state depend on what its process did before) and compared with numpy. Per
-family: the shared binary's size against the two plain ones, and how each load ended (ran, an error, or the signal
-that killed the process). The child repeats the EP session set-up of toolchain/compilers/ort_qnn/ep.py because a
+Two tiny graphs that hold the same 256x256 weight ([1, 8, 256] and [1, 16, 256] inputs: two
+"windows") are compiled into one context by the EP's own sharing (`ep.share_ep_contexts`, as `doit
+share` does), and, as the control, each graph alone into a plain context of its own. Each graph is
+then loaded and run on the simulator from each context in a fresh process (the EP's bytes and state
+depend on what its process did before) and compared with numpy. Per family: the shared binary's size
+against the two plain ones, and how each load ended (ran, an error, or the signal that killed the
+process). The child repeats the EP session set-up of toolchain/compilers/ort_qnn/ep.py because a
 family's interpreter does not have the toolchain.
 
     python bench/shared_simulator.py [--python PY ...] [--chip SM8750] [--out FILE]
 
---python: the interpreters to try, each with onnxruntime-qnn installed (default: this one and every family
-environment `doit qairt_env` made, build/qairt/<family>/venv/bin/python). The ONNX models are made here; the
-interpreters need only onnxruntime, onnxruntime-qnn and numpy. Writes bench/results/shared-simulator.json."""
+--python: the interpreters to try, each with onnxruntime-qnn installed (default: this one and every
+family environment `doit qairt_env` made, build/qairt/<family>/venv/bin/python). The ONNX models are
+made here; the interpreters need only onnxruntime, onnxruntime-qnn and numpy. Writes
+bench/results/shared-simulator.json."""
 from __future__ import annotations
 
 import argparse
@@ -30,8 +33,9 @@ from toolchain.spec import chips as chip_table  # noqa: E402
 
 SIZES = (8, 16)   # the two graphs' sequence lengths; the weight is the same tensor in both
 
-# Runs in the interpreter under test: `compile <dir> <models> <options json> <shared 0|1> <sizes json>` or
-# `run <dir> <models> <options json> <n>`; <models>: the folder of the source ONNX, the weight and the input.
+# Runs in the interpreter under test: `compile <dir> <models> <options json> <shared 0|1> <sizes
+# json>` or `run <dir> <models> <options json> <n>`; <models>: the folder of the source ONNX, the
+# weight and the input.
 CHILD = r'''
 import json, os, sys
 import numpy as np
@@ -112,9 +116,12 @@ def family(python: str, options: dict, models: Path, work: Path, weight_bytes: i
         folder = work / kind
         folder.mkdir()
         common = (str(folder), str(models), json.dumps(options))
-        # shared: both graphs in one process, one context; plain: each graph alone, in a fresh process
+        # shared: both graphs in one process, one context; plain: each graph alone, in
+        # a fresh process
         batches = [list(SIZES)] if shared == "1" else [[n] for n in SIZES]
-        compiled = [child(python, "compile", *common, shared, json.dumps(sizes)) for sizes in batches]
+        compiled = [
+            child(python, "compile", *common, shared, json.dumps(sizes)) for sizes in batches
+        ]
         row.setdefault("qairt", compiled[0].get("qairt"))
         binaries = sorted(folder.glob("*_qnn.bin"))
         row[kind] = {"compile": compiled, "binaries": [b.name for b in binaries],
@@ -132,9 +139,16 @@ def main() -> int:
     parser.add_argument("--chip", default="SM8750")
     parser.add_argument("--out", default=str(ROOT / "bench/results/shared-simulator.json"))
     args = parser.parse_args()
-    pythons = args.python or [sys.executable, *sorted(str(p) for p in ROOT.glob("build/qairt/*/venv/bin/python"))]
+    pythons = args.python or [
+        sys.executable,
+        *sorted(str(p) for p in ROOT.glob("build/qairt/*/venv/bin/python")),
+    ]
     chip = chip_table.load()[args.chip]
-    options = {"soc_model": str(chip.soc_model), "htp_arch": str(chip.htp_arch), "vtcm_mb": str(chip.vtcm_mb)}
+    options = {
+        "soc_model": str(chip.soc_model),
+        "htp_arch": str(chip.htp_arch),
+        "vtcm_mb": str(chip.vtcm_mb),
+    }
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         weight_bytes = make_models(Path(scratch))
@@ -143,11 +157,19 @@ def main() -> int:
             work.mkdir()
             row = family(python, options, Path(scratch), work, weight_bytes)
             rows.append(row)
-            runs = [r.get("signal") or r.get("error", "ran") for r in row["shared"]["runs"].values()]
-            print(f"QAIRT {row['qairt']}: two plain contexts {row['plain']['bytes']} B, "
-                  f"{'both run' if row['plain_simulates'] else 'FAIL'}; the shared context {row['shared']['bytes']} B "
-                  f"(the weight: {weight_bytes} B in fp16): {runs}", flush=True)
-    Path(args.out).write_text(json.dumps({"chip": args.chip, "options": options, "families": rows}, indent=1) + "\n")
+            runs = [
+                r.get("signal") or r.get("error", "ran") for r in row["shared"]["runs"].values()
+            ]
+            print(
+                f"QAIRT {row['qairt']}: two plain contexts {row['plain']['bytes']} B, "
+                f"{'both run' if row['plain_simulates'] else 'FAIL'}; the shared context "
+                f"{row['shared']['bytes']} B "
+                f"(the weight: {weight_bytes} B in fp16): {runs}",
+                flush=True,
+            )
+    Path(args.out).write_text(
+        json.dumps({"chip": args.chip, "options": options, "families": rows}, indent=1) + "\n"
+    )
     print(f"wrote {args.out}")
     return 0
 

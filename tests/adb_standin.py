@@ -1,8 +1,9 @@
-"""A scripted `adb` for the tests: one phone (or none, or an unauthorized one) that answers in the formats
-real phones print (getprop, /proc/<pid>/stat, toybox `top -H`, `dumpsys battery`, `dumpsys thermalservice`)
-and fails with adb's own words. The samples are realistic, written for these tests: not captured from a
-device. The phone's /data lives in <state>/fs; other shell commands run locally with that path mapped, so
-the pushed runner really runs. Knobs: <state>/config.json; every call is appended to <state>/calls.jsonl."""
+"""A scripted `adb` for the tests: one phone (or none, or an unauthorized one) that answers in the
+formats real phones print (getprop, /proc/<pid>/stat, toybox `top -H`, `dumpsys battery`, `dumpsys
+thermalservice`) and fails with adb's own words. The samples are realistic, written for these tests:
+not captured from a device. The phone's /data lives in <state>/fs; other shell commands run locally
+with that path mapped, so the pushed runner really runs. Knobs: <state>/config.json; every call is
+appended to <state>/calls.jsonl."""
 from __future__ import annotations
 
 import json
@@ -13,9 +14,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-PROPS = {"ro.build.fingerprint": "samsung/pa3qxxx/pa3q:15/AP3A.240905.015.A2/S938BXXU1AYA5:user/release-keys",
-         "ro.build.version.release": "15", "ro.build.version.sdk": "35", "ro.product.manufacturer": "samsung",
-         "ro.product.model": "SM-S938B", "ro.soc.manufacturer": "QTI", "ro.soc.model": "SM8750"}
+PROPS = {
+    "ro.build.fingerprint":
+        "samsung/pa3qxxx/pa3q:15/AP3A.240905.015.A2/S938BXXU1AYA5:user/release-keys",
+    "ro.build.version.release": "15",
+    "ro.build.version.sdk": "35",
+    "ro.product.manufacturer": "samsung",
+    "ro.product.model": "SM-S938B",
+    "ro.soc.manufacturer": "QTI",
+    "ro.soc.model": "SM8750",
+}
 BATTERY = """Current Battery Service state:
   AC powered: false
   USB powered: {usb}
@@ -61,8 +69,12 @@ TOP_HEAD = """Threads: {n} total,   1 running,   {idle} sleeping,   0 stopped,  
 800%cpu 210%user   0%nice  32%sys 552%idle   0%iow   6%irq   0%sirq   0%host
   TID USER         PR  NI VIRT  RES  SHR S[%CPU] %MEM     TIME+ THREAD          PROCESS
 """
-STAT = ("{pid} ({comm}) S 1093 1093 0 0 -1 1077936448 51234 0 12 0 {utime} {stime} 0 0 10 -10 {threads} 0 123456 "
-        "7318474752 61234 18446744073709551615 0 0 0 0 0 0 4612 1 1073775864 0 0 0 17 6 0 0 0 0 0 0 0 0 0 0 0 0 0")
+STAT = (
+    "{pid} ({comm}) S 1093 1093 0 0 -1 1077936448 51234 0 12 0 {utime} {stime} 0 0 10 -10 "
+    "{threads} 0 123456 "
+    "7318474752 61234 18446744073709551615 0 0 0 0 0 0 4612 1 1073775864 0 0 0 17 6 0 0 0 0 0 0 0 "
+    "0 0 0 0 0 0"
+)
 NO_DEVICE = "adb: no devices/emulators found\n"
 UNAUTHORIZED = ("adb: device unauthorized.\nThis adb server's $ADB_VENDOR_KEYS is not set\n"
                 "Try 'adb kill-server' if that seems wrong.\n"
@@ -70,15 +82,20 @@ UNAUTHORIZED = ("adb: device unauthorized.\nThis adb server's $ADB_VENDOR_KEYS i
 
 
 def install(bin_dir: Path, state: Path, **config) -> Path:
-    """Put `adb` on bin_dir, its state in `state`; config: devices [[serial, state]], props, push_error,
-    usb_powered, processes {pid: {comm, threads: [[tid, name, pct]], calls, ticks}}."""
+    """Put `adb` on bin_dir, its state in `state`; config: devices [[serial, state]], props,
+    push_error, usb_powered, processes {pid: {comm, threads: [[tid, name, pct]], calls, ticks}}."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     (state / "fs").mkdir(parents=True, exist_ok=True)
     script = bin_dir / "adb"
-    script.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-                      f"import adb_standin\nsys.exit(adb_standin.main({str(state)!r}, sys.argv[1:]))\n")
+    script.write_text(
+        f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        f"import adb_standin\nsys.exit(adb_standin.main({str(state)!r}, sys.argv[1:]))\n"
+    )
     script.chmod(0o755)
-    configure(state, **{"devices": [["R5CY71ABCDE", "device"]], "props": PROPS, "usb_powered": True, **config})
+    configure(
+        state,
+        **{"devices": [["R5CY71ABCDE", "device"]], "props": PROPS, "usb_powered": True, **config},
+    )
     return script
 
 
@@ -131,7 +148,9 @@ def _fail(text: str, rc: int = 1) -> int:
 
 def _push(config, fs: Path, local: str, remote: str) -> int:
     if config.get("push_error"):
-        return _fail(f"adb: error: failed to copy '{local}' to '{remote}': {config['push_error']}\n")
+        return _fail(
+            f"adb: error: failed to copy '{local}' to '{remote}': {config['push_error']}\n"
+        )
     if not os.path.exists(local):
         return _fail(f"adb: error: cannot stat '{local}': No such file or directory\n")
     target = fs / remote.lstrip("/")
@@ -145,7 +164,9 @@ def _push(config, fs: Path, local: str, remote: str) -> int:
 def _pull(fs: Path, remote: str, local: str) -> int:
     source = fs / remote.lstrip("/")
     if not source.exists():
-        return _fail(f"adb: error: failed to stat remote object '{remote}': No such file or directory\n")
+        return _fail(
+            f"adb: error: failed to stat remote object '{remote}': No such file or directory\n"
+        )
     target = Path(local) / source.name if Path(local).is_dir() else Path(local)   # adb's cp -r rule
     shutil.copytree(source, target) if source.is_dir() else shutil.copy(source, target)
     print(f"{remote}/: 1 file pulled, 0 skipped. 21.3 MB/s")
@@ -160,13 +181,24 @@ def _shell(root: Path, config, fs: Path, command: str) -> int:
         print(config["props"].get(command.split()[1], ""))
     elif command == "getconf CLK_TCK":
         print(100)
-    elif command == "dumpsys battery":   # 0.5 % and 18 mAh per call, so a drain is visible
-        print(BATTERY.format(usb=str(config["usb_powered"]).lower(), status=2 if config["usb_powered"] else 3,
-                             level=90 - counter // 2, counter=3822000 - 18000 * counter), end="")
+    elif command == "dumpsys battery":  # 0.5 % and 18 mAh per call, so a drain is visible
+        print(
+            BATTERY.format(
+                usb=str(config["usb_powered"]).lower(),
+                status=2 if config["usb_powered"] else 3,
+                level=90 - counter // 2,
+                counter=3822000 - 18000 * counter,
+            ),
+            end="",
+        )
     elif command == "dumpsys thermalservice":
         print(THERMAL.format(status=min(counter // 4, 2)), end="")
     elif command.startswith("pidof "):
-        pids = [p for p, proc in config.get("processes", {}).items() if proc["comm"] == command.split()[1]]
+        pids = [
+            p
+            for p, proc in config.get("processes", {}).items()
+            if proc["comm"] == command.split()[1]
+        ]
         print(" ".join(pids)) if pids else None
         return 0 if pids else 1
     elif m := re.fullmatch(r"cat /proc/(\d+)/stat( && top -H -b -n 1 -p \d+)?", command):
@@ -178,7 +210,8 @@ def _shell(root: Path, config, fs: Path, command: str) -> int:
 
 
 def _proc(root: Path, config, pid: str, top: bool) -> int:
-    """A scripted process (config 'processes') for `calls` samples, or a real local one (the runner)."""
+    """A scripted process (config 'processes') for `calls` samples, or a real local
+    one (the runner)."""
     fake = config.get("processes", {}).get(pid)
     if fake:
         n = _bump(root, f"proc-{pid}")
@@ -197,8 +230,11 @@ def _proc(root: Path, config, pid: str, top: bool) -> int:
     if top:
         print(TOP_HEAD.format(n=len(threads), idle=len(threads) - 1), end="")
         for tid, name, pct in threads:
-            print(f"{tid:>5} u0_a312      10 -10 6.8G 239M 118M R {pct:4.1f}   2.1   1:02.11 {name:<15} "
-                  f"{fake['comm'] if fake else 'qnn-net-run'}")
+            print(
+                f"{tid:>5} u0_a312      10 -10 6.8G 239M 118M R {pct:4.1f}   2.1   1:02.11 "
+                f"{name:<15} "
+                f"{fake['comm'] if fake else 'qnn-net-run'}"
+            )
     return 0
 
 

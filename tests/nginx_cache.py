@@ -1,9 +1,10 @@
-"""A real HTTP remote cache for the tests and the fan-out bench: Debian's nginx with WebDAV PUT on a loopback
-port, serving Bazel's layout (/ac/<key>, /cas/<sha256>) from a folder. Optional bearer token (401 without
-it), a body-size cap (413 when a PUT is larger: a "full" server) or a redirect of every request elsewhere. Its
-access log records every request's method, path, status and bytes in and out, so a benchmark can count traffic.
-Recorder: a plain HTTP server on 127.0.0.2 (another loopback address, another "host") that records every request
-it gets, headers included: where a redirect would have taken the client's credentials."""
+"""A real HTTP remote cache for the tests and the fan-out bench: Debian's nginx with WebDAV PUT on a
+loopback port, serving Bazel's layout (/ac/<key>, /cas/<sha256>) from a folder. Optional bearer
+token (401 without it), a body-size cap (413 when a PUT is larger: a "full" server) or a redirect of
+every request elsewhere. Its access log records every request's method, path, status and bytes in
+and out, so a benchmark can count traffic. Recorder: a plain HTTP server on 127.0.0.2 (another
+loopback address, another "host") that records every request it gets, headers included: where a
+redirect would have taken the client's credentials."""
 from __future__ import annotations
 
 import os
@@ -21,7 +22,9 @@ LOG_FORMAT = "$request_method $uri $status $request_length $bytes_sent"
 
 def available() -> str | None:
     """The nginx binary, or None."""
-    return shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.path.exists(p)), None)
+    return shutil.which("nginx") or next(
+        (p for p in ("/usr/sbin/nginx",) if os.path.exists(p)), None
+    )
 
 
 def free_port() -> int:
@@ -31,10 +34,16 @@ def free_port() -> int:
 
 
 class Server:
-    """nginx serving `root` at http://127.0.0.1:<port>/ until stop(); with `redirect_to` (a URL without a path)
-    every request is answered 302 to the same path there instead."""
+    """nginx serving `root` at http://127.0.0.1:<port>/ until stop(); with `redirect_to` (a URL
+    without a path) every request is answered 302 to the same path there instead."""
 
-    def __init__(self, folder: Path, token: str | None = None, max_body: str = "0", redirect_to: str | None = None):
+    def __init__(
+        self,
+        folder: Path,
+        token: str | None = None,
+        max_body: str = "0",
+        redirect_to: str | None = None,
+    ):
         self.folder, self.port = Path(folder), free_port()
         self.root = self.folder / "root"
         for sub in ("root/ac", "root/cas", "tmp"):
@@ -74,8 +83,11 @@ http {{
     }}
 }}
 """)
-        self.process = subprocess.Popen([available(), "-c", str(self.folder / "nginx.conf"), "-p", str(self.folder)],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.process = subprocess.Popen(
+            [available(), "-c", str(self.folder / "nginx.conf"), "-p", str(self.folder)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
@@ -89,10 +101,12 @@ http {{
             raise RuntimeError("nginx did not listen within 10 s")
         self.url = f"http://127.0.0.1:{self.port}/"
 
-    def requests(self, at_least: int = 0, wait: float = 10.0) -> list[tuple[str, str, int, int, int]]:
-        """Every request so far, in order, from the access log: (method, path, status, bytes in, bytes out). nginx
-        logs a request when it has ended, a moment after the client has its answer: with `at_least`, wait up to
-        `wait` seconds for that many."""
+    def requests(
+        self, at_least: int = 0, wait: float = 10.0
+    ) -> list[tuple[str, str, int, int, int]]:
+        """Every request so far, in order, from the access log: (method, path, status, bytes in,
+        bytes out). nginx logs a request when it has ended, a moment after the client has its
+        answer: with `at_least`, wait up to `wait` seconds for that many."""
         log = self.folder / "access.log"
         deadline = time.monotonic() + wait
         while True:
@@ -105,7 +119,8 @@ http {{
             time.sleep(0.05)
 
     def traffic(self) -> dict:
-        """Requests and bytes by method, from the access log: {"GET": {"requests", "hits", "bytes_out"}, ...}."""
+        """Requests and bytes by method, from the access log: {"GET": {"requests",
+        "hits", "bytes_out"}, ...}."""
         found: dict = {}
         for method, _, status, bytes_in, bytes_out in self.requests():
             m = found.setdefault(method, {"requests": 0, "ok": 0, "bytes_in": 0, "bytes_out": 0})
@@ -126,7 +141,8 @@ http {{
 
 
 class Silent:
-    """A server that accepts connections and never answers (a hung proxy): every request times out."""
+    """A server that accepts connections and never answers (a hung proxy): every
+    request times out."""
 
     def __init__(self):
         self.sock = socket.socket()
@@ -147,9 +163,10 @@ class Silent:
 
 
 class Recorder:
-    """http://127.0.0.2:<port>/ until stop(): records (method, path, headers) of every request and answers 200 with
-    `size` zero bytes, announced in a Content-Length header if `length`, else ended by closing the connection.
-    `sent` counts the body bytes it got out before the client hung up (a client that stops reading stops it)."""
+    """http://127.0.0.2:<port>/ until stop(): records (method, path, headers) of every request and
+    answers 200 with `size` zero bytes, announced in a Content-Length header if `length`, else ended
+    by closing the connection. `sent` counts the body bytes it got out before the client hung up (a
+    client that stops reading stops it)."""
 
     def __init__(self, size: int = 16, length: bool = True):
         self.seen: list[tuple[str, str, dict]] = []
@@ -161,7 +178,8 @@ class Recorder:
             def answer(self):
                 recorder.seen.append((self.command, self.path, dict(self.headers)))
                 body = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(min(body, 1 << 20))   # a PUT's body (bounded: nothing here stores it)
+                # a PUT's body (bounded: nothing here stores it)
+                self.rfile.read(min(body, 1 << 20))
                 self.send_response(200)
                 if length:
                     self.send_header("Content-Length", str(size))
@@ -181,7 +199,8 @@ class Recorder:
             def log_message(self, *args):   # quiet: the test reads `seen`
                 pass
 
-        self.http = ThreadingHTTPServer(("127.0.0.2", 0), Handler)   # HTTP/1.0: one request per connection
+        # HTTP/1.0: one request per connection
+        self.http = ThreadingHTTPServer(("127.0.0.2", 0), Handler)
         self.url = f"http://127.0.0.2:{self.http.server_address[1]}/"
         self.thread = threading.Thread(target=self.http.serve_forever, daemon=True)
         self.thread.start()

@@ -1,8 +1,9 @@
 """A stand-in QAIRT SDK tree for the tests: the real names and layout, executables that check their
 arguments strictly, record their argv and write outputs of the right names and kinds.
 
-The same file is every tool: each executable is a shebang script that calls tool_main(), which
-dispatches on the script's name. Knobs live in <root>/standin.json; calls go to <root>/calls.jsonl."""
+The same file is every tool: each executable is a shebang script that calls
+tool_main(), which dispatches on the script's name. Knobs live in <root>/standin.json;
+calls go to <root>/calls.jsonl."""
 from __future__ import annotations
 
 import argparse
@@ -20,32 +21,43 @@ ARCHES = (68, 69, 73, 75, 79, 81)
 MAGIC = b"QNN-STANDIN-CONTEXT\n"
 EM_AARCH64 = 183
 ONNX_DTYPES = {1: "float32", 10: "float16", 6: "int32", 7: "int64"}
-QNN_DTYPES = {"float32": "QNN_DATATYPE_FLOAT_32", "float16": "QNN_DATATYPE_FLOAT_16", "int32": "QNN_DATATYPE_INT_32",
-              "ufixed16": "QNN_DATATYPE_UFIXED_POINT_16"}
+QNN_DTYPES = {
+    "float32": "QNN_DATATYPE_FLOAT_32",
+    "float16": "QNN_DATATYPE_FLOAT_16",
+    "int32": "QNN_DATATYPE_INT_32",
+    "ufixed16": "QNN_DATATYPE_UFIXED_POINT_16",
+}
 
 # libQnnHtp.so: QnnInterface_getProviders with backendGetBuildId at slot 4 of the function table,
 # the layout toolchain/qnn/qnnbin.py reads (QnnInterface_t: id, name, two versions, function table).
 HTP_SOURCE = r"""
 #include <stdint.h>
 typedef struct { uint32_t major, minor, patch; } Ver;
-typedef struct { uint32_t backendId; const char* providerName; Ver coreApi; Ver backendApi; void* fns[5]; } Iface;
+typedef struct {
+    uint32_t backendId; const char* providerName; Ver coreApi; Ver backendApi; void* fns[5];
+} Iface;
 static uint64_t get_build_id(const char** id) { *id = BUILD_ID; return 0; }
 static Iface iface = {6, "HTP_QTI_AISW", {2, 40, 0}, {5, 40, 0}, {0, 0, 0, 0, (void*)get_build_id}};
 static const Iface* providers[] = {&iface};
-uint64_t QnnInterface_getProviders(const Iface*** out, uint32_t* n) { *out = providers; *n = 1; return 0; }
+uint64_t QnnInterface_getProviders(const Iface*** out, uint32_t* n) {
+    *out = providers; *n = 1; return 0;
+}
 """
 
 
 # ---- building the tree (test side) ----
 def make_sdk(root: Path, build_id: str = "v2.40.0.251030-standin", arches=ARCHES) -> Path:
-    """The SDK tree: tools, x86_64 libs (libQnnHtp.so a real ELF with a build id), device libs, python."""
+    """The SDK tree: tools, x86_64 libs (libQnnHtp.so a real ELF with a build id),
+    device libs, python."""
     bin_dir = root / "bin" / HOST
     bin_dir.mkdir(parents=True)
     (root / "bin" / "envsetup.sh").write_text("export QNN_SDK_ROOT=...  # stand-in\n")
     for tool in TOOLS:
         script = bin_dir / tool
-        script.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-                          f"import sdk_standin\nsys.exit(sdk_standin.tool_main())\n")
+        script.write_text(
+            f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+            f"import sdk_standin\nsys.exit(sdk_standin.tool_main())\n"
+        )
         script.chmod(0o755)
     for lib in ("libQnnSystem.so", "libQnnHtpNetRunExtensions.so"):
         _placeholder(root / "lib" / HOST / lib)
@@ -63,7 +75,8 @@ def make_sdk(root: Path, build_id: str = "v2.40.0.251030-standin", arches=ARCHES
 
 
 def set_build_id(root: Path, build_id: str) -> None:
-    """(Re)build lib/x86_64-linux-clang/libQnnHtp.so so that backendGetBuildId returns `build_id`."""
+    """(Re)build lib/x86_64-linux-clang/libQnnHtp.so so that
+    backendGetBuildId returns `build_id`."""
     src = root / "standin-htp.c"
     src.write_text(HTP_SOURCE)
     subprocess.run(["gcc", "-shared", "-fPIC", f'-DBUILD_ID="{build_id}"', "-o",
@@ -72,7 +85,8 @@ def set_build_id(root: Path, build_id: str) -> None:
 
 
 def configure(root: Path, **knobs) -> None:
-    """Change the stand-in's behaviour: fail={tool: message}, page_size={target: bytes}, build_id=..."""
+    """Change the stand-in's behaviour: fail={tool: message},
+    page_size={target: bytes}, build_id=..."""
     path = root / "standin.json"
     data = json.loads(path.read_text()) if path.exists() else {}
     data.update(knobs)
@@ -109,9 +123,18 @@ def tool_main() -> int:
     root = Path(sys.argv[0]).resolve().parents[2]
     knobs = json.loads((root / "standin.json").read_text())
     with open(root / "calls.jsonl", "a") as f:
-        f.write(json.dumps({"tool": tool, "argv": sys.argv[1:], "cwd": os.getcwd(),
-                            "env": {k: os.environ.get(k) for k in ("LDFLAGS", "QNN_SDK_ROOT")},
-                            "pythonpath": os.environ.get("PYTHONPATH", "").split(os.pathsep)[0]}) + "\n")
+        f.write(
+            json.dumps(
+                {
+                    "tool": tool,
+                    "argv": sys.argv[1:],
+                    "cwd": os.getcwd(),
+                    "env": {k: os.environ.get(k) for k in ("LDFLAGS", "QNN_SDK_ROOT")},
+                    "pythonpath": os.environ.get("PYTHONPATH", "").split(os.pathsep)[0],
+                }
+            )
+            + "\n"
+        )
     args = PARSERS[tool]().parse_args(sys.argv[1:])
     if tool in knobs.get("fail", {}):
         for i in range(30):
@@ -180,16 +203,17 @@ def netrun_parser():
 
 
 def convert(args, root, knobs):
-    """Reads the ONNX, writes <out> (C source with the graph record), <stem>.bin (the ONNX as weights),
-    <stem>_net.json. As the real one does: 3-D inputs get their last two axes swapped, 4-D inputs NHWC;
-    tensor and graph names get every non-word character as '_'; with --input_list (calibration) it opens
-    every listed raw file from where it runs, and a float graph I/O becomes UFIXED_POINT_16 with a scale
-    and offset."""
+    """Reads the ONNX, writes <out> (C source with the graph record), <stem>.bin (the ONNX as
+    weights), <stem>_net.json. As the real one does: 3-D inputs get their last two axes swapped, 4-D
+    inputs NHWC; tensor and graph names get every non-word character as '_'; with --input_list
+    (calibration) it opens every listed raw file from where it runs, and a float graph I/O becomes
+    UFIXED_POINT_16 with a scale and offset."""
     import importlib
     import re
 
     import onnx
-    importlib.import_module("qti.aisw.converters")   # fails without the SDK's lib/python on PYTHONPATH
+    # fails without the SDK's lib/python on PYTHONPATH
+    importlib.import_module("qti.aisw.converters")
     if args.use_native_input_files and not args.input_list:
         sys.exit("--use_native_input_files needs --input_list")
     if args.input_list:
@@ -208,18 +232,33 @@ def convert(args, root, knobs):
             perm = {3: [0, 2, 1], 4: [0, 2, 3, 1]}.get(len(dims)) if permute else None
             dtype = ONNX_DTYPES[v.type.tensor_type.elem_type]
             quantized = args.input_list and dtype == "float32"
-            found.append({"name": re.sub(r"\W", "_", v.name), "onnx_name": v.name, "onnx_dtype": dtype,
-                          "dtype": "ufixed16" if quantized else dtype,
-                          **({"scale": 0.0001, "offset": -32768} if quantized else {}),
-                          "dims": [dims[i] for i in perm] if perm else dims, "onnx_dims": dims})
+            found.append(
+                {
+                    "name": re.sub(r"\W", "_", v.name),
+                    "onnx_name": v.name,
+                    "onnx_dtype": dtype,
+                    "dtype": "ufixed16" if quantized else dtype,
+                    **({"scale": 0.0001, "offset": -32768} if quantized else {}),
+                    "dims": [dims[i] for i in perm] if perm else dims,
+                    "onnx_dims": dims,
+                }
+            )
         return found
-    graph = {"name": name, "inputs": tensors(model.graph.input, True), "outputs": tensors(model.graph.output, False)}
+
+    graph = {
+        "name": name,
+        "inputs": tensors(model.graph.input, True),
+        "outputs": tensors(model.graph.output, False),
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(f"/* stand-in qnn-onnx-converter output, graph {name} */\n"
-                   "#ifdef __cplusplus\nextern \"C\" {\n#endif\n"
-                   f"const char standin_graph[] = {json.dumps(json.dumps(graph))};\n"
-                   "int QnnModel_composeGraphs(void) { return 0; }\nint QnnModel_freeGraphsInfo(void) { return 0; }\n"
-                   "#ifdef __cplusplus\n}\n#endif\n")
+    out.write_text(
+        f"/* stand-in qnn-onnx-converter output, graph {name} */\n"
+        '#ifdef __cplusplus\nextern "C" {\n#endif\n'
+        f"const char standin_graph[] = {json.dumps(json.dumps(graph))};\n"
+        "int QnnModel_composeGraphs(void) { return 0; }\nint QnnModel_freeGraphsInfo(void) { "
+        "return 0; }\n"
+        "#ifdef __cplusplus\n}\n#endif\n"
+    )
     out.with_name(out.stem + ".bin").write_bytes(Path(args.input_network).read_bytes())
     out.with_name(out.stem + "_net.json").write_text(json.dumps({"graph": graph}, indent=1))
     print(f"converted {args.input_network} -> {out} (graph {name})")
@@ -241,16 +280,23 @@ def modellib(args, root, knobs):
         folder = Path(args.o) / target
         folder.mkdir(parents=True, exist_ok=True)
         glue = folder / "standin_weights.c"
-        glue.write_text(f'__asm__(".section .rodata\\n.global standin_weights\\nstandin_weights:\\n.incbin \\"'
-                        f'{weights.resolve()}\\"\\n.global standin_weights_end\\n'
-                        'standin_weights_end:\\n.previous\\n");\n'
-                        "extern const char standin_weights[], standin_weights_end[];\n"
-                        "long standin_weights_size(void) { return standin_weights_end - standin_weights; }\n"
-                        "const char* standin_weights_data(void) { return standin_weights; }\n")
+        glue.write_text(
+            f'__asm__(".section .rodata\\n.global standin_weights\\nstandin_weights:\\n.incbin \\"'
+            f'{weights.resolve()}\\"\\n.global standin_weights_end\\n'
+            'standin_weights_end:\\n.previous\\n");\n'
+            "extern const char standin_weights[], standin_weights_end[];\n"
+            "long standin_weights_size(void) { return standin_weights_end - standin_weights; }\n"
+            "const char* standin_weights_data(void) { return standin_weights; }\n"
+        )
         lib = folder / f"lib{cpp.stem}.so"
         page = knobs.get("page_size", {}).get(target)
-        flags = shlex.split(os.environ.get("LDFLAGS", "")) + ([f"-Wl,-z,max-page-size={page}"] if page else [])
-        subprocess.run(["gcc", "-shared", "-fPIC", "-x", "c", str(cpp), str(glue), "-o", str(lib), *flags], check=True)
+        flags = shlex.split(os.environ.get("LDFLAGS", "")) + (
+            [f"-Wl,-z,max-page-size={page}"] if page else []
+        )
+        subprocess.run(
+            ["gcc", "-shared", "-fPIC", "-x", "c", str(cpp), str(glue), "-o", str(lib), *flags],
+            check=True,
+        )
         glue.unlink()
         if target == ANDROID:   # no cross compiler here: mark the ELF as AArch64 code
             data = bytearray(lib.read_bytes())
@@ -265,8 +311,10 @@ def context(args, root, knobs):
     if Path(args.backend) != root / "lib" / HOST / "libQnnHtp.so":
         sys.exit(f"ERROR: --backend {args.backend} is not this SDK's x86_64 HTP backend")
     lib = ctypes.CDLL(str(Path(args.model).resolve()))
-    lib.QnnModel_composeGraphs   # a model lib, or AttributeError
-    graph = json.loads(ctypes.string_at(ctypes.addressof(ctypes.c_char.in_dll(lib, "standin_graph"))))
+    lib.QnnModel_composeGraphs  # a model lib, or AttributeError
+    graph = json.loads(
+        ctypes.string_at(ctypes.addressof(ctypes.c_char.in_dll(lib, "standin_graph")))
+    )
     lib.standin_weights_size.restype = ctypes.c_long
     lib.standin_weights_data.restype = ctypes.c_void_p
     weights = ctypes.string_at(lib.standin_weights_data(), lib.standin_weights_size())
@@ -296,16 +344,29 @@ def _read_binary(path: str) -> tuple[dict, bytes]:
 
 
 def utility(args, root, knobs):
-    """Writes the binary's info in the JSON shape of the real tool (info.graphs[].info.graphInputs...)."""
+    """Writes the binary's info in the JSON shape of the real tool
+    (info.graphs[].info.graphInputs...)."""
     header, _ = _read_binary(args.context_binary)
 
     def tensors(items):
-        return [{"info": {"id": i + 1, "name": t["name"], "dataType": QNN_DTYPES[t["dtype"]], "dimensions": t["dims"],
-                          "quantizeParams": {"definition": "QNN_DEFINITION_DEFINED",
-                                             "quantizationEncoding": "QNN_QUANTIZATION_ENCODING_SCALE_OFFSET",
-                                             "scaleOffset": {"scale": t["scale"], "offset": t["offset"]}}
-                          if "scale" in t else {"definition": "QNN_DEFINITION_UNDEFINED"}}}
-                for i, t in enumerate(items)]
+        return [
+            {
+                "info": {
+                    "id": i + 1,
+                    "name": t["name"],
+                    "dataType": QNN_DTYPES[t["dtype"]],
+                    "dimensions": t["dims"],
+                    "quantizeParams": {
+                        "definition": "QNN_DEFINITION_DEFINED",
+                        "quantizationEncoding": "QNN_QUANTIZATION_ENCODING_SCALE_OFFSET",
+                        "scaleOffset": {"scale": t["scale"], "offset": t["offset"]},
+                    }
+                    if "scale" in t
+                    else {"definition": "QNN_DEFINITION_UNDEFINED"},
+                }
+            }
+            for i, t in enumerate(items)
+        ]
     info = {"buildId": header["buildId"], "socModel": header.get("socModel"),
             "graphs": [{"info": {"graphName": g["name"], "graphInputs": tensors(g["inputs"]),
                                  "graphOutputs": tensors(g["outputs"])}} for g in header["graphs"]]}
@@ -314,8 +375,8 @@ def utility(args, root, knobs):
 
 def netrun(args, root, knobs):
     """Runs the graph kept in the binary on onnxruntime's CPU: float32 raw files in the QNN-side
-    layout in (quantized I/O too: qnn-net-run converts), <output_dir>/Result_<i>/<name>.raw (float32) out,
-    named as the converter named the tensor."""
+    layout in (quantized I/O too: qnn-net-run converts), <output_dir>/Result_<i>/<name>.raw
+    (float32) out, named as the converter named the tensor."""
     import numpy as np
     import onnxruntime as ort
     if Path(args.backend) != root / "lib" / HOST / "libQnnHtp.so":
@@ -323,7 +384,9 @@ def netrun(args, root, knobs):
     header, onnx_bytes = _read_binary(args.retrieve_context)
     graph = header["graphs"][0]
     session = ort.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
-    for i, line in enumerate(text for text in Path(args.input_list).read_text().splitlines() if text.strip()):
+    for i, line in enumerate(
+        text for text in Path(args.input_list).read_text().splitlines() if text.strip()
+    ):
         feeds = {}
         for t, path in zip(graph["inputs"], line.split()):
             data = np.fromfile(path.split(":=")[-1], np.float32).reshape(t["dims"])
@@ -332,14 +395,25 @@ def netrun(args, root, knobs):
                 t.get("onnx_dtype", t["dtype"]))
         result = Path(args.output_dir) / f"Result_{i}"
         result.mkdir(parents=True, exist_ok=True)
-        for t, value in zip(graph["outputs"],
-                            session.run([t.get("onnx_name", t["name"]) for t in graph["outputs"]], feeds)):
+        for t, value in zip(
+            graph["outputs"],
+            session.run([t.get("onnx_name", t["name"]) for t in graph["outputs"]], feeds),
+        ):
             np.asarray(value, np.float32).tofile(result / f"{t['name']}.raw")
     print(f"ran {args.retrieve_context}")
 
 
-PARSERS = {"qnn-onnx-converter": converter_parser, "qnn-model-lib-generator": modellib_parser,
-           "qnn-context-binary-generator": context_parser, "qnn-context-binary-utility": utility_parser,
-           "qnn-net-run": netrun_parser}
-RUNNERS = {"qnn-onnx-converter": convert, "qnn-model-lib-generator": modellib,
-           "qnn-context-binary-generator": context, "qnn-context-binary-utility": utility, "qnn-net-run": netrun}
+PARSERS = {
+    "qnn-onnx-converter": converter_parser,
+    "qnn-model-lib-generator": modellib_parser,
+    "qnn-context-binary-generator": context_parser,
+    "qnn-context-binary-utility": utility_parser,
+    "qnn-net-run": netrun_parser,
+}
+RUNNERS = {
+    "qnn-onnx-converter": convert,
+    "qnn-model-lib-generator": modellib,
+    "qnn-context-binary-generator": context,
+    "qnn-context-binary-utility": utility,
+    "qnn-net-run": netrun,
+}

@@ -11,7 +11,13 @@ TABLE = chips.load()
 
 
 def test_guide_defaults_and_known_corrections():
-    assert [c.name for c in TABLE.values() if c.default] == ["SM8550", "SM8650", "SM8750", "SM8850", "QCS9100"]
+    assert [c.name for c in TABLE.values() if c.default] == [
+        "SM8550",
+        "SM8650",
+        "SM8750",
+        "SM8850",
+        "QCS9100",
+    ]
     assert TABLE["SM8350"].soc_model == 30 and TABLE["SM8350"].fp16 is False   # 35 is SM7325 here
     assert TABLE["SM8475"].htp_arch == 68                                      # not v69 in this SDK
     assert TABLE["SA8295"].fp16 is True and TABLE["SA8295"].htp_arch == 68
@@ -26,7 +32,8 @@ from toolchain.qnn import qnnbin
 chip, out = json.loads(sys.argv[1]), sys.argv[2]
 w = nh.from_array(np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32), "w")
 g = h.make_graph([h.make_node("MatMul", ["x", "w"], ["m"]), h.make_node("Relu", ["m"], ["y"])], "g",
-                 [h.make_tensor_value_info("x", T.FLOAT, [1, 16])], [h.make_tensor_value_info("y", T.FLOAT, [1, 8])],
+                 [h.make_tensor_value_info("x", T.FLOAT, [1, 16])],
+                 [h.make_tensor_value_info("y", T.FLOAT, [1, 8])],
                  [w])
 onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), out + "/m.onnx")
 ort_qnn.compile(out + "/m.onnx", out + "/m_ctx.onnx", ort_qnn.provider_options(chip, 3))
@@ -40,8 +47,12 @@ print("RESULT " + json.dumps({"cfg": {k: cfg.get(k) for k in ("soc_type", "arch"
 @pytest.mark.parametrize("name", list(TABLE))
 def test_every_row_compiles_to_what_the_row_says(name, tmp_path):
     chip = TABLE[name]
-    run = subprocess.run([sys.executable, "-c", COMPILE_ONE, json.dumps(chip.record()), str(tmp_path)],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-c", COMPILE_ONE, json.dumps(chip.record()), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     line = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
     assert line, run.stdout + run.stderr
     got = json.loads(line[0][len("RESULT "):])

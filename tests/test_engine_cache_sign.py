@@ -1,5 +1,6 @@
-"""Signed cache entries (toolchain/engine/cache/sign.py): a signature holds only for the key and record it was made
-for, only a trusted key counts, a secret key is never replaced, and a bad key is one line."""
+"""Signed cache entries (toolchain/engine/cache/sign.py): a signature holds only for the key and
+record it was made for, only a trusted key counts, a secret key is never replaced, and a bad key
+is one line."""
 from __future__ import annotations
 
 import copy
@@ -39,7 +40,9 @@ def test_a_signature_holds_only_for_its_key_and_record_and_a_trusted_key(keys):
 def test_keygen_writes_a_private_secret_and_never_replaces_one(keys, tmp_path):
     (secret, public), _ = keys
     assert stat.S_IMODE(secret.stat().st_mode) == 0o600
-    assert (tmp_path / "keys/ci-1.pub").read_text().strip() == public and sign.trusted_keys(public) == (public,)
+    assert (tmp_path / "keys/ci-1.pub").read_text().strip() == public and sign.trusted_keys(
+        public
+    ) == (public,)
     before = secret.read_bytes()
     with pytest.raises(FileExistsError):
         sign.keygen("ci-1", tmp_path / "keys")
@@ -56,7 +59,9 @@ def test_a_bad_key_is_one_line_that_never_repeats_a_secret(keys, tmp_path):
     with pytest.raises(ValueError, match=r"is not <name>:<base64>"):
         sign.trusted_keys(f"{public},nonsense")
     (tmp_path / "pub-as-secret").write_text("ci-1:???\n")
-    with pytest.raises(ValueError, match=r"^not a secret key written by python -m toolchain cache-key$"):
+    with pytest.raises(
+        ValueError, match=r"^not a secret key written by python -m toolchain cache-key$"
+    ):
         sign.check_secret(str(tmp_path / "pub-as-secret"))
     with pytest.raises(ValueError, match=r"^cannot read it \(FileNotFoundError\)$"):
         sign.check_secret(str(tmp_path / "missing"))
@@ -67,8 +72,12 @@ def test_cache_key_prints_what_goes_where_and_refuses_to_replace_a_key(tmp_path)
     import sys
 
     def cache_key(*args):
-        return subprocess.run([sys.executable, "-m", "toolchain", "cache-key", *args], capture_output=True,
-                              text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "toolchain", "cache-key", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     made = cache_key("ci-2", "--out", str(tmp_path))
     public = (tmp_path / "ci-2.pub").read_text().strip()
     assert made.returncode == 0 and f"QNN_CACHE_SIGN_KEY={tmp_path / 'ci-2.secret'}" in made.stdout
@@ -76,5 +85,9 @@ def test_cache_key_prints_what_goes_where_and_refuses_to_replace_a_key(tmp_path)
     secret = (tmp_path / "ci-2.secret").read_text()
     assert secret.split(":")[1].strip() not in made.stdout   # the secret is never printed
     again = cache_key("ci-2", "--out", str(tmp_path))
-    assert again.returncode == 1 and again.stderr.count("\n") == 1 and "a key is never replaced" in again.stderr
+    assert (
+        again.returncode == 1
+        and again.stderr.count("\n") == 1
+        and "a key is never replaced" in again.stderr
+    )
     assert (tmp_path / "ci-2.secret").read_text() == secret

@@ -1,6 +1,7 @@
-"""Parallel out of the box with slots sized per stage (engine/run/limits.py, pipeline.default_slots): the cores,
-the simulator's threads and the memory set the slots, a stage limit caps concurrent steps, the simulator stages
-share one pool, and `doit -n 2` gives the serial build's bytes and state."""
+"""Parallel out of the box with slots sized per stage (engine/run/limits.py,
+pipeline.default_slots): the cores, the simulator's threads and the memory set the slots, a stage
+limit caps concurrent steps, the simulator stages share one pool, and `doit -n 2` gives the serial
+build's bytes and state."""
 from __future__ import annotations
 
 import json
@@ -17,10 +18,16 @@ from toolchain.engine.run import limits
 
 
 def test_slots_follow_the_cores_the_simulators_threads_and_the_memory():
-    assert pipeline.default_slots(2, 24) == {"verify": 1, "verify_full": 1, "diagnose": 1, "sherpa": 1,
-                                             "sherpa_full": 1}
+    assert pipeline.default_slots(2, 24) == {
+        "verify": 1,
+        "verify_full": 1,
+        "diagnose": 1,
+        "sherpa": 1,
+        "sherpa_full": 1,
+    }
     eight = pipeline.default_slots(8, 24)
-    assert eight["verify"] == 4 and "compile" not in eight   # compiles (0.9 GB peak) fit 8 at once in 24 GB
+    # compiles (0.9 GB peak) fit 8 at once in 24 GB
+    assert eight["verify"] == 4 and "compile" not in eight
     assert pipeline.default_slots(8, 4)["compile"] == 3      # 4 GB: three 1-GB compiles, not eight
     assert limits.slots_for(1, 0.5, 1, 24) == 0              # serial: nothing to limit
 
@@ -33,8 +40,11 @@ def test_doit_is_parallel_by_default_with_the_cores_it_has():
 def test_a_stage_limit_caps_concurrent_steps(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     eight = pipeline.slots(options.resolve_given({}, {"QNN_JOBS": "8"}))
-    configured = pipeline.slots(options.resolve_given({}, {"QNN_JOBS": "8", "QNN_LIMITS": "compile:1,verify:2"}))
-    assert eight["verify"] == 4 and configured["compile"] == 1 and configured["verify"] == 2   # over the defaults
+    configured = pipeline.slots(
+        options.resolve_given({}, {"QNN_JOBS": "8", "QNN_LIMITS": "compile:1,verify:2"})
+    )
+    # over the defaults
+    assert eight["verify"] == 4 and configured["compile"] == 1 and configured["verify"] == 2
     assert {k: v for k, v in configured.items() if k not in ("compile", "verify")} == \
         {k: v for k, v in eight.items() if k not in ("compile", "verify")}
     for stage, slots in (("compile", 1), ("verify", 2), ("export", 4)):
@@ -45,7 +55,8 @@ def test_a_stage_limit_caps_concurrent_steps(tmp_path, monkeypatch):
 
 
 def _peak(runners) -> int:
-    """Run each runner(step) in its own thread at once; the most steps that were inside at one time."""
+    """Run each runner(step) in its own thread at once; the most steps that were inside
+    at one time."""
     running, peak, lock = [0], [0], threading.Lock()
 
     def step():
@@ -64,17 +75,22 @@ def _peak(runners) -> int:
 
 
 def test_every_simulator_stage_holds_a_slot_of_one_pool(project, monkeypatch):
-    """Default verify, full verify, diagnose and the sherpa gates: never two simulators at once on 2 cores."""
+    """Default verify, full verify, diagnose and the sherpa gates: never two simulators at once
+    on 2 cores."""
     from toolchain import pipeline
     from toolchain import project as project_mod
     sims = {s.name for s in pipeline.STAGES if s.pool == pipeline.SIMULATOR}
     assert sims == {"verify", "verify_full", "diagnose", "sherpa", "sherpa_full"}
     project.add_tiny()
     monkeypatch.chdir(project.root)
-    made = pipeline.task_creators(project_mod.load("models", options.resolve_given({}, {"QNN_JOBS": "2"})))
+    made = pipeline.task_creators(
+        project_mod.load("models", options.resolve_given({}, {"QNN_JOBS": "2"}))
+    )
     tasks = [t for stage in ("verify", "verify_full", "diagnose") for t in made[f"task_{stage}"]()
              if "@SM8750" in t["name"]]
-    assert {t["meta"]["pool"] for t in tasks} == {"simulator"} and {t["meta"]["slots"] for t in tasks} == {1}
+    assert {t["meta"]["pool"] for t in tasks} == {"simulator"} and {
+        t["meta"]["slots"] for t in tasks
+    } == {1}
     class Task:   # what limits.call reads of a doit task: its name and meta
         def __init__(self, name, meta):
             self.name, self.meta = name, meta
@@ -83,8 +99,9 @@ def test_every_simulator_stage_holds_a_slot_of_one_pool(project, monkeypatch):
 
 
 def test_parallel_build_is_byte_identical_to_serial_and_keeps_the_state(reference, tmp_path):
-    # The chip-independent work comes from the serial build's cache (hash-checked), so the test's time
-    # goes to the fan-out: 4 compiles and 4 simulator runs 2-wide (threads: DOIT_CONFIG par_type).
+    # The chip-independent work comes from the serial build's cache (hash-checked), so
+    # the test's time goes to the fan-out: 4 compiles and 4 simulator runs 2-wide
+    # (threads: DOIT_CONFIG par_type).
     ref, shared = reference
     partial = tmp_path / "cache"
     shutil.copytree(shared / "blobs", partial / "blobs")
@@ -95,8 +112,11 @@ def test_parallel_build_is_byte_identical_to_serial_and_keeps_the_state(referenc
     par = checkout(ref, tmp_path / "par")
     executed, _ = doit(par, "-n", "2", cache_dir=partial)
     assert len(executed) == len(set(executed)) == 29
-    computed = sorted(rel for rel, text in cacheable(tool_logs(par)).items() if RESTORED not in text)
-    assert len(computed) == 4 and all(rel.endswith(".compile.log") for rel in computed)   # verify: a result, here
+    computed = sorted(
+        rel for rel, text in cacheable(tool_logs(par)).items() if RESTORED not in text
+    )
+    # verify: a result, here
+    assert len(computed) == 4 and all(rel.endswith(".compile.log") for rel in computed)
     assert_same_outputs(ref, par)
     with sqlite3.connect(par / "build/.doit.db") as db:
         assert db.execute("pragma integrity_check").fetchone() == ("ok",)

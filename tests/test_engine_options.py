@@ -1,5 +1,5 @@
-"""The settings mechanism (toolchain/engine/options.py): doit's own rule for `name=value` words, one precedence
-rule, one error type."""
+"""The settings mechanism (toolchain/engine/options.py): doit's own rule for `name=value` words, one
+precedence rule, one error type."""
 from __future__ import annotations
 
 import pytest
@@ -8,13 +8,16 @@ from toolchain.engine.options import Option, OptionError, Options, command_line,
 
 
 def test_the_command_line_words_are_read_by_doits_rule():
-    assert command_line(["list", "-n", "2", "full=SM8750", "--db-file=x", "chip:SM8750", "a=b=c"]) == \
-        {"full": "SM8750", "a": "b=c"}
+    assert command_line(
+        ["list", "-n", "2", "full=SM8750", "--db-file=x", "chip:SM8750", "a=b=c"]
+    ) == {"full": "SM8750", "a": "b=c"}
 
 
 def test_one_rule_and_one_error():
-    rows = (Option("runs", integer(0), 10, "runs", env="RUNS"), Option("quiet", integer(0), 0, "env only",
-                                                                       env="QUIET", variable=False))
+    rows = (
+        Option("runs", integer(0), 10, "runs", env="RUNS"),
+        Option("quiet", integer(0), 0, "env only", env="QUIET", variable=False),
+    )
     assert resolve(rows, {}, {})["runs"] == 10
     assert resolve(rows, {}, {"RUNS": "3"})["runs"] == 3
     assert resolve(rows, {"runs": "4"}, {"RUNS": "3"})["runs"] == 4

@@ -1,4 +1,5 @@
-"""Progress (engine/run/progress.py): [n/N], durations and an ETA from the last build; plain lines under CI."""
+"""Progress (engine/run/progress.py): [n/N], durations and an ETA from the last build; plain
+lines under CI."""
 from __future__ import annotations
 
 import os
@@ -21,12 +22,18 @@ def test_progress_shows_n_of_n_durations_and_an_eta_from_the_last_build(tmp_path
     first = doit()
     total = sum(1 for line in first.splitlines() if line.startswith(".  "))
     assert f"   [1/{total}] " in first and f"   [{total}/{total}] report " in first
-    assert "ETA unknown" in first and "| tiny | SM8550 |" in first   # first build: no durations yet; table stays
+    # first build: no durations yet; table stays
+    assert "ETA unknown" in first and "| tiny | SM8550 |" in first
     doit("clean")
     second = doit()
     assert "ETA ~" in second and "ETA unknown" not in second
-    quiet = subprocess.run([sys.executable, "-m", "doit", "clean"], cwd=project.root, env={**env, "CI": "true"},
-                           capture_output=True, text=True)
+    quiet = subprocess.run(
+        [sys.executable, "-m", "doit", "clean"],
+        cwd=project.root,
+        env={**env, "CI": "true"},
+        capture_output=True,
+        text=True,
+    )
     assert quiet.returncode == 0
     ci = subprocess.run([sys.executable, "-m", "doit"], cwd=project.root, env={**env, "CI": "true"},
                         capture_output=True, text=True, timeout=600)

@@ -1,6 +1,7 @@
-"""What the engine trusts (toolchain/engine/: outputs, stamps, checker, files, statedb, buildlock): outputs are part
-of the state, so damage is rebuilt, not trusted; content decides, not mtimes; each input is read once; one build
-per folder; a killed or interrupted build resumes; environment faults in words; umask modes; no temp files left."""
+"""What the engine trusts (toolchain/engine/: outputs, stamps, checker, files, statedb, buildlock):
+outputs are part of the state, so damage is rebuilt, not trusted; content decides, not mtimes; each
+input is read once; one build per folder; a killed or interrupted build resumes; environment faults
+in words; umask modes; no temp files left."""
 from __future__ import annotations
 
 import hashlib
@@ -61,7 +62,9 @@ def test_a_damaged_output_is_rebuilt_to_the_clean_bytes(copy, target, task):
     damage(project.root / "build" / target)
     rc, executed, text = project.run()
     assert rc == 0 and task in executed, text
-    assert sha256(project.root / "build" / target) == state[target] or target.endswith(("verify.json",))
+    assert sha256(project.root / "build" / target) == state[target] or target.endswith(
+        ("verify.json",)
+    )
     assert project.run()[1] == []   # and then it is trusted again
 
 
@@ -71,18 +74,24 @@ def test_a_truncated_record_is_rebuilt_not_a_traceback(copy):
     record.write_text(record.read_text()[:40])
     rc, executed, text = project.run()
     assert rc == 0 and "compile:tiny/net@SM8550" in executed and "Traceback" not in text, text
-    assert json.loads(record.read_text())["sha256"] == json.loads((project.root / "build/tiny/ort-qnn/SM8550/"
-                                                                    "net.compile.json").read_text())["sha256"]
+    assert (
+        json.loads(record.read_text())["sha256"]
+        == json.loads((project.root / "build/tiny/ort-qnn/SM8550/net.compile.json").read_text())[
+            "sha256"
+        ]
+    )
 
 
 def test_damage_that_kept_size_and_mtime_is_found_by_its_ctime(copy):
     project, state = copy
     onnx_file = project.root / "build/tiny/net/net.onnx"
     damage(onnx_file, keep_mtime=True)
-    rc, executed, text = project.run()   # size and mtime kept, but the ctime moved: read, found, rebuilt
+    # size and mtime kept, but the ctime moved: read, found, rebuilt
+    rc, executed, text = project.run()
     assert rc == 0 and "simplify:tiny/net" in executed, text
     assert sha256(onnx_file) == state["tiny/net/net.onnx"]
-    assert not [t for t in executed if t.startswith("compile:")], executed   # the clean bytes: nothing after it
+    # the clean bytes: nothing after it
+    assert not [t for t in executed if t.startswith("compile:")], executed
     assert project.run()[1] == []
 
 
@@ -94,9 +103,12 @@ def test_a_corrupted_binary_is_rebuilt_before_it_is_verified(project):
     data = bytearray(binary.read_bytes())
     data[len(data) // 2] ^= 0xFF   # weight bytes: the runtime would load it and answer wrongly
     binary.write_bytes(bytes(data))
-    clean = json.loads((project.root / "build/tiny/ort-qnn/SM8750/net.compile.json").read_text())["sha256"]
+    clean = json.loads((project.root / "build/tiny/ort-qnn/SM8750/net.compile.json").read_text())[
+        "sha256"
+    ]
     rc, executed, text = project.run("verify:tiny@SM8750")
-    assert rc == 0 and "compile:tiny/net@SM8750" in executed, text   # a target that changed: its task reruns
+    # a target that changed: its task reruns
+    assert rc == 0 and "compile:tiny/net@SM8750" in executed, text
     assert hashlib.sha256(binary.read_bytes()).hexdigest() == clean     # the same bytes as compiled
 
 
@@ -130,7 +142,8 @@ def test_an_input_is_hashed_once_until_its_size_or_mtime_changes(tmp_path, monke
     first = files.sha256_memo(path)
     assert files.sha256_memo(path) == first and len(calls) == 1   # memo
     st = os.stat(path)
-    path.write_bytes(b"b" * 100)                                  # same size, new mtime: hashed again
+    # same size, new mtime: hashed again
+    path.write_bytes(b"b" * 100)
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
     assert files.sha256_memo(path) != first and len(calls) == 2
     path.write_bytes(b"b" * 101)                                  # other size: hashed again
@@ -147,18 +160,21 @@ def test_doits_md5_of_a_dependency_is_taken_once_per_run_until_it_changes(tmp_pa
     monkeypatch.setattr(checker, "get_file_md5", lambda p: calls.append(p) or real(p))
     monkeypatch.setattr(checker, "_MEMO", {})
     first = checker.md5(path, os.stat(path))
-    assert checker.md5(path, os.stat(path)) == first and len(calls) == 1    # a second task: no re-read
+    # a second task: no re-read
+    assert checker.md5(path, os.stat(path)) == first and len(calls) == 1
     path.write_bytes(b"y" * 1000)                                           # same size, new mtime
     assert checker.md5(path, os.stat(path)) != first and len(calls) == 2
     st = os.stat(path)
     path.write_bytes(b"z" * 1000)
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))                     # size and mtime kept
-    assert checker.md5(path, os.stat(path), fresh=True) == real(path)       # rehash=1 reads the bytes
+    # rehash=1 reads the bytes
+    assert checker.md5(path, os.stat(path), fresh=True) == real(path)
 
 
 def test_an_edit_that_keeps_size_and_mtime_is_seen_by_its_ctime(tmp_path, monkeypatch):
-    """The state says (mtime, size, md5); the stamp memo adds ctime and inode: `cp -p`-style edits rerun the
-    task without rehash=1, an untouched file is not read, and a build made before reads each file once."""
+    """The state says (mtime, size, md5); the stamp memo adds ctime and inode: `cp -p`-style edits
+    rerun the task without rehash=1, an untouched file is not read, and a build made before reads
+    each file once."""
     from toolchain.engine.state import checker, stamps
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(checker, "_MEMO", {})
@@ -170,15 +186,20 @@ def test_an_edit_that_keeps_size_and_mtime_is_seen_by_its_ctime(tmp_path, monkey
     path.write_bytes(b"a" * 100)
     check = checker.MD5Checker()
     state = check.get_state(str(path), None)
-    assert not check.check_modified(str(path), os.stat(path), state) and len(calls) == 1   # not read again
+    # not read again
+    assert not check.check_modified(str(path), os.stat(path), state) and len(calls) == 1
     st = os.stat(path)
     path.write_bytes(b"b" * 100)
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))                                    # size and mtime kept
+    # size and mtime kept
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert os.stat(path).st_mtime == state[0] and os.stat(path).st_size == state[1]
-    assert check.check_modified(str(path), os.stat(path), state)                           # the ctime moved
-    state = check.get_state(str(path), state)                                              # the task reran
+    # the ctime moved
+    assert check.check_modified(str(path), os.stat(path), state)
+    # the task reran
+    state = check.get_state(str(path), state)
     assert state[2] == real(str(path)) and not check.check_modified(str(path), os.stat(path), state)
-    monkeypatch.setattr(stamps, "_stores", {})   # a state made before the stamps: read once, not rebuilt
+    # a state made before the stamps: read once, not rebuilt
+    monkeypatch.setattr(stamps, "_stores", {})
     monkeypatch.setattr(checker, "_MEMO", {})
     before = len(calls)
     assert not check.check_modified(str(path), os.stat(path), state) and len(calls) == before + 1
@@ -191,8 +212,9 @@ def test_an_edit_that_keeps_size_and_mtime_is_seen_by_its_ctime(tmp_path, monkey
 
 
 def test_the_compiler_is_asked_its_version_again_only_when_its_file_changed(tmp_path, monkeypatch):
-    """modellib's settings name the C compiler by `cc --version`: asked once, then recalled by the binary's stamp
-    from build/.stamps.json in later runs; a new compiler file (an upgrade: new inode, ctime) is asked again."""
+    """modellib's settings name the C compiler by `cc --version`: asked once, then recalled by the
+    binary's stamp from build/.stamps.json in later runs; a new compiler file (an upgrade: new
+    inode, ctime) is asked again."""
     from toolchain.compilers.ort_qnn import modellib
     from toolchain.engine.state import stamps
     monkeypatch.chdir(tmp_path)
@@ -207,7 +229,8 @@ def test_the_compiler_is_asked_its_version_again_only_when_its_file_changed(tmp_
         fresh.chmod(0o755)
         os.replace(fresh, cc)
 
-    def new_run() -> str:   # a later doit: the in-process cache is gone, the stamps file is read again
+    # a later doit: the in-process cache is gone, the stamps file is read again
+    def new_run() -> str:
         stamps.save()
         monkeypatch.setattr(stamps, "_stores", {})
         modellib.compiler_identity.cache_clear()
@@ -230,7 +253,9 @@ def test_a_second_doit_in_the_same_folder_stops_naming_the_first(copy):
     try:
         assert buildlock.hold(["doit"])
         cli = project.doit_cli("export")
-        assert cli.returncode == 3 and "another doit is building in this folder (pid " in cli.stderr, cli.stderr
+        assert (
+            cli.returncode == 3 and "another doit is building in this folder (pid " in cli.stderr
+        ), cli.stderr
         assert project.doit_cli("list").returncode == 0   # reading never waits
     finally:
         buildlock.release()
@@ -240,8 +265,13 @@ def test_a_second_doit_in_the_same_folder_stops_naming_the_first(copy):
 
 def test_killed_build_resumes_and_never_trusts_half_written_files(project):
     project.add_tiny("tiny")
-    proc = subprocess.Popen([sys.executable, "-m", "doit"], cwd=project.root, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "doit"],
+        cwd=project.root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     marker = project.root / "build/tiny/ort-qnn/SM8550/net.compile.json"
     deadline = time.time() + 120
     while not marker.exists() and proc.poll() is None and time.time() < deadline:
@@ -260,8 +290,14 @@ def test_killed_build_resumes_and_never_trusts_half_written_files(project):
 
 def test_ctrl_c_is_one_line_and_the_build_resumes(project):
     project.add_tiny()
-    proc = subprocess.Popen([sys.executable, "-m", "doit"], cwd=project.root, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "doit"],
+        cwd=project.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 120
     while not (project.root / "build/tiny/net").exists() and time.monotonic() < deadline:
         time.sleep(0.1)   # export has started: checkpoint is finished and committed
@@ -275,7 +311,10 @@ def test_ctrl_c_is_one_line_and_the_build_resumes(project):
 
 def test_temp_files_of_killed_steps_are_swept(copy):
     project, _ = copy
-    left = [project.root / "build/tiny/net/.export.log.abc123.tmp", project.root / "build/tiny/.tmp-xyz/a"]
+    left = [
+        project.root / "build/tiny/net/.export.log.abc123.tmp",
+        project.root / "build/tiny/.tmp-xyz/a",
+    ]
     for path in left:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("half")
@@ -299,7 +338,8 @@ def test_a_state_db_fault_says_what_to_do(tmp_path, error, words):
 def test_outputs_and_cache_blobs_get_the_umasks_mode(tmp_path, monkeypatch):
     files.write_json(tmp_path / "a.json", {"x": 1})
     assert stat.S_IMODE(os.stat(tmp_path / "a.json").st_mode) == files.MODE
-    assert files.MODE & 0o044   # readable by others under the usual 022 umask, unlike mkstemp's 0600
+    # readable by others under the usual 022 umask, unlike mkstemp's 0600
+    assert files.MODE & 0o044
     (tmp_path / "out.bin").write_bytes(b"data")
     monkeypatch.chdir(tmp_path)
     store = cache.Store(tmp_path / "cache")
@@ -314,12 +354,15 @@ def test_strict_json_refuses_nan(tmp_path):
 
 
 def test_a_tasks_settings_come_from_its_step_arguments_without_defaults():
-    """engine/state/settings.py: the named arguments plus extras, a value equal to its declared default left
-    out (so a setting added with a default changes no older task's settings), a key the step lacks skipped."""
+    """engine/state/settings.py: the named arguments plus extras, a value equal to its declared
+    default left out (so a setting added with a default changes no older task's settings), a key the
+    step lacks skipped."""
     from toolchain.engine.state.settings import task_settings
     kwargs = {"out": "x.bin", "chip": {"name": "SM8750"}, "precision": "fp16"}
     assert task_settings(kwargs, ("chip", "precision", "family"), tool={"v": 1}) == {
         "chip": {"name": "SM8750"}, "precision": "fp16", "tool": {"v": 1}}
-    assert task_settings(kwargs, ("chip",), {"route": "ep"}, route="ep") == {"chip": {"name": "SM8750"}}
+    assert task_settings(kwargs, ("chip",), {"route": "ep"}, route="ep") == {
+        "chip": {"name": "SM8750"}
+    }
     assert task_settings(kwargs, ("chip",), {"route": "ep"}, route="saver")["route"] == "saver"
     assert task_settings({"rewrite": ()}, ("rewrite",), {"rewrite": ()}) == {}

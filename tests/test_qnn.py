@@ -1,6 +1,6 @@
-"""The QNN wing (toolchain/qnn): qnnrun drives a context binary through the raw QNN API (sherpa-onnx's sequence) in
-the x86 HTP simulator, against onnxruntime CPU and the EP's own simulator run of the same binary; qnnbin reads the
-HTP config string from a binary's header."""
+"""The QNN wing (toolchain/qnn): qnnrun drives a context binary through the raw QNN API
+(sherpa-onnx's sequence) in the x86 HTP simulator, against onnxruntime CPU and the EP's own
+simulator run of the same binary; qnnbin reads the HTP config string from a binary's header."""
 import ctypes
 import os
 
@@ -19,7 +19,8 @@ from toolchain.shared import modeldata
 from toolchain.spec import chips
 
 OPTIONS = ort_qnn.provider_options(chips.load()["SM8750"].record(), 3)
-FP16 = {"rtol": 1e-2, "atol": 2e-2}     # the chip compiles float graphs with relaxed (fp16) precision
+# the chip compiles float graphs with relaxed (fp16) precision
+FP16 = {"rtol": 1e-2, "atol": 2e-2}
 
 
 def _save(graph, path, opset=17, ir=8):
@@ -31,7 +32,8 @@ def _save(graph, path, opset=17, ir=8):
 
 @pytest.fixture(scope="module")
 def net(tmp_path_factory):
-    """float32 x[1,4,8] and int32 ids[1,4] -> y[1,4,6] = x@w + emb[ids], z[1,4] = sum(y, -1) + ids."""
+    """float32 x[1,4,8] and int32 ids[1,4] -> y[1,4,6] = x@w + emb[ids], z[1,4] = sum(y,
+    -1) + ids."""
     d = tmp_path_factory.mktemp("qnnrun")
     rng = np.random.default_rng(0)
     init = [nh.from_array(rng.standard_normal((8, 6)).astype(np.float32), "w"),
@@ -51,7 +53,12 @@ def net(tmp_path_factory):
     src = str(d / "net.onnx")
     _save(graph, src)
     out = ort_qnn.compile(src, str(d / "net_ctx.onnx"), OPTIONS)
-    return {"onnx": src, "ctx": str(d / "net_ctx.onnx"), "bin": out["binary"], "cpu": modeldata.cpu(src)}
+    return {
+        "onnx": src,
+        "ctx": str(d / "net_ctx.onnx"),
+        "bin": out["binary"],
+        "cpu": modeldata.cpu(src),
+    }
 
 
 def _feeds(seed):
@@ -70,12 +77,26 @@ def _run(model, feeds):
 def test_io_as_the_binary_reports(net):
     with QnnModel(net["bin"]) as m:
         assert m.input_names == ["x", "ids"] and m.output_names == ["y", "z"]
-        assert [m.shape(n) for n in ("x", "ids", "y", "z")] == [[1, 4, 8], [1, 4], [1, 4, 6], [1, 4]]
-        assert [m.dtype(n) for n in ("x", "ids", "y", "z")] == ["float32", "int32", "float32", "float32"]
+        assert [m.shape(n) for n in ("x", "ids", "y", "z")] == [
+            [1, 4, 8],
+            [1, 4],
+            [1, 4, 6],
+            [1, 4],
+        ]
+        assert [m.dtype(n) for n in ("x", "ids", "y", "z")] == [
+            "float32",
+            "int32",
+            "float32",
+            "float32",
+        ]
         assert m.has_tensor("ids") and not m.has_tensor("m")
         # one buffer for all I/O, sized as sherpa's AllocateBuffer: the sum of the tensors' bytes
         g = qnnbin.binary_info(net["bin"])["graphs"][0]
-        assert m.buffer_bytes == sum(4 * int(np.prod(t["shape"])) for t in g["inputs"] + g["outputs"]) == 256
+        assert (
+            m.buffer_bytes
+            == sum(4 * int(np.prod(t["shape"])) for t in g["inputs"] + g["outputs"])
+            == 256
+        )
 
 
 def test_matches_cpu_and_the_ep_simulator(net):
@@ -87,7 +108,8 @@ def test_matches_cpu_and_the_ep_simulator(net):
     for name in ("y", "z"):
         assert got[name].dtype == np.float32 and got[name].shape == ref[name].shape
         np.testing.assert_allclose(got[name], ref[name], **FP16)
-        np.testing.assert_allclose(got[name], sim[name], rtol=0, atol=1e-6)   # same binary, same simulator
+        # same binary, same simulator
+        np.testing.assert_allclose(got[name], sim[name], rtol=0, atol=1e-6)
 
 
 def test_second_run_reads_the_new_inputs(net):
@@ -99,7 +121,8 @@ def test_second_run_reads_the_new_inputs(net):
     for name in ("y", "z"):
         assert not np.allclose(first[name], second[name])
         np.testing.assert_allclose(second[name], net["cpu"](b)[name], **FP16)
-        np.testing.assert_array_equal(again[name], first[name])     # outputs are copies, runs repeatable
+        # outputs are copies, runs repeatable
+        np.testing.assert_array_equal(again[name], first[name])
 
 
 def test_wrong_element_count_names_the_tensor(net):
@@ -112,7 +135,8 @@ def test_wrong_element_count_names_the_tensor(net):
             m.set_input("y", np.zeros(24, np.float32))
         with pytest.raises(KeyError, match="no tensor 'nope'"):
             m.set_input("nope", [0])
-        m.set_input("x", np.arange(32, dtype=np.float64))   # any layout of the right count, converted
+        # any layout of the right count, converted
+        m.set_input("x", np.arange(32, dtype=np.float64))
         m.set_input("ids", np.array([[0, 1, 2, 3]], np.int64))
         m.run()
 
@@ -141,11 +165,19 @@ def test_explicit_libraries_close_and_qnn_errors(net):
 
 
 def test_ufixed16_io_is_quantized_and_dequantized(tmp_path):
-    """uint16 Q/DQ at the graph edges compiles to ufixed16 I/O with scale/offset (value = (q + offset) * scale)."""
-    init = [nh.from_array(np.array(0.01, np.float32), "s_in"), nh.from_array(np.array(30000, np.uint16), "z_in"),
-            nh.from_array(np.array(0.02, np.float32), "s_out"), nh.from_array(np.array(1000, np.uint16), "z_out")]
-    nodes = [h.make_node("DequantizeLinear", ["xq", "s_in", "z_in"], ["x"]), h.make_node("Relu", ["x"], ["r"]),
-             h.make_node("QuantizeLinear", ["r", "s_out", "z_out"], ["yq"])]
+    """uint16 Q/DQ at the graph edges compiles to ufixed16 I/O with scale/offset (value = (q +
+    offset) * scale)."""
+    init = [
+        nh.from_array(np.array(0.01, np.float32), "s_in"),
+        nh.from_array(np.array(30000, np.uint16), "z_in"),
+        nh.from_array(np.array(0.02, np.float32), "s_out"),
+        nh.from_array(np.array(1000, np.uint16), "z_out"),
+    ]
+    nodes = [
+        h.make_node("DequantizeLinear", ["xq", "s_in", "z_in"], ["x"]),
+        h.make_node("Relu", ["x"], ["r"]),
+        h.make_node("QuantizeLinear", ["r", "s_out", "z_out"], ["yq"]),
+    ]
     graph = h.make_graph(nodes, "q", [h.make_tensor_value_info("xq", T.UINT16, [1, 2, 8])],
                          [h.make_tensor_value_info("yq", T.UINT16, [1, 2, 8])], init)
     src = str(tmp_path / "q.onnx")
@@ -166,17 +198,24 @@ def test_ufixed16_io_is_quantized_and_dequantized(tmp_path):
 
 
 def test_struct_layout_matches_the_headers():
-    """Qnn_Tensor_t is 8 + Qnn_TensorV2_t (136 bytes, LP64); clientBuf sits at +96 in the V1/V2 body."""
+    """Qnn_Tensor_t is 8 + Qnn_TensorV2_t (136 bytes, LP64); clientBuf sits at +96 in
+    the V1/V2 body."""
     assert ctypes.sizeof(Tensor) == 144
     from toolchain.qnn.qnnbin import _TensorV2
-    assert _TensorV2.buf.offset == 96 and _TensorV2.dims.offset == 80 and _TensorV2.memType.offset == 88
+
+    assert (
+        _TensorV2.buf.offset == 96
+        and _TensorV2.dims.offset == 80
+        and _TensorV2.memType.offset == 88
+    )
 
 
 def test_the_config_string_is_read_from_the_header_and_found_anywhere(tmp_path):
     config = b"\x00soc_type=69;arch=79;vtcm_size=8388608;relaxed_precision_flag=true;\x00"
     head = tmp_path / "head.bin"
     head.write_bytes(b"\x01" * 30000 + config + os.urandom(3 << 20))
-    found = qnnbin.config_fields(str(head))   # (random bytes after it may look like more key=value; pairs)
+    # (random bytes after it may look like more key=value; pairs)
+    found = qnnbin.config_fields(str(head))
     assert {k: found[k] for k in ("soc_type", "arch", "vtcm_size", "relaxed_precision_flag")} == {
         "soc_type": 69, "arch": 79, "vtcm_size": 8388608, "relaxed_precision_flag": True}
     late = tmp_path / "late.bin"   # not in the header: the whole file is searched, as before

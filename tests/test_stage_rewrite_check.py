@@ -1,6 +1,7 @@
-"""A user's own given ONNX built from its TOML alone: `rewrite = "auto"` legalizes every pattern (toolchain/rewrites),
-the rewrite stage proves it on the CPU, verify passes on two chips and the manifest lists what was rewritten; without
-the rewrites the build fails in one line naming node, reason and rewrite; a rewrite that changes outputs is named."""
+"""A user's own given ONNX built from its TOML alone: `rewrite = "auto"` legalizes every pattern
+(toolchain/rewrites), the rewrite stage proves it on the CPU, verify passes on two chips and the
+manifest lists what was rewritten; without the rewrites the build fails in one line naming node,
+reason and rewrite; a rewrite that changes outputs is named."""
 from __future__ import annotations
 
 import dataclasses
@@ -16,8 +17,8 @@ from toolchain.errors import StageFailed
 from toolchain.rewrites import library
 from toolchain.stages import rewrite_check, simplify
 
-SPEC = '''
-description = "test fixture: a speech-enhancer-shaped graph given as ONNX, with every pattern a rewrite is for"
+SPEC = """
+description = "a speech-enhancer-shaped graph given as ONNX, with every pattern a rewrite is for"
 module = "plain"
 chips = ["SM8550", "SM8750"]
 [license]
@@ -27,7 +28,7 @@ source = {{ onnx = "denoiser.onnx", sha256 = "{sha}" }}
 {rewrite}
 inputs.x = {{ shape = [1, 16, 64], dtype = "float32" }}
 outputs.y = {{ shape = [1, 16, 8], dtype = "float32" }}
-'''
+"""
 
 
 def _legalize():
@@ -44,8 +45,9 @@ def denoiser(project):
     (models / "plain.py").write_text('"""No model code: the graph is given as a file."""\n')
 
     def declare(rewrite_line: str):
-        (models / "den.toml").write_text(textwrap.dedent(SPEC.format(sha=sha256(models / "denoiser.onnx"),
-                                                                     rewrite=rewrite_line)))
+        (models / "den.toml").write_text(
+            textwrap.dedent(SPEC.format(sha=sha256(models / "denoiser.onnx"), rewrite=rewrite_line))
+        )
     project.declare = declare
     return project
 
@@ -54,19 +56,28 @@ def test_a_given_onnx_builds_from_its_toml_with_rewrite_auto(denoiser):
     denoiser.declare('rewrite = "auto"')
     rc, executed, text = denoiser.run()
     assert rc == 0, text
-    assert "rewrite_check:den" in executed and "parity:den" not in executed   # no reference: the rewrites still proven
-    proof = json.loads((denoiser.root / "build/den/rewrite_check.json").read_text())
+    # no reference: the rewrites still proven
+    assert "rewrite_check:den" in executed and "parity:den" not in executed
+    proof = json.loads((denoiser.root / "build/den/rewrite.json").read_text())
     assert proof["tensors"]["net"]["max_abs"] < 1e-5 and proof["tensors"]["net"]["calls"] == 3
-    applied = ["lstm-default-activations", "high-rank-fold", "convtranspose-as-conv", "pow-square-as-mul",
-               "conv-dilated-polyphase"]
+    applied = [
+        "lstm-default-activations",
+        "high-rank-fold",
+        "convtranspose-as-conv",
+        "pow-square-as-mul",
+        "conv-dilated-polyphase",
+    ]
     for chip in ("SM8550", "SM8750"):
-        manifest = json.loads((denoiser.root / f"build/den/ort-qnn/{chip}/manifest.json").read_text())
+        manifest = json.loads(
+            (denoiser.root / f"build/den/ort-qnn/{chip}/manifest.json").read_text()
+        )
         assert [a["rewrite"] for a in manifest["rewrites"]["net"]["applied"]] == applied
         assert manifest["rewrites"]["net"]["applied"][3]["nodes"] == ["/norm/Pow"]
         assert manifest["rewrite_check"]["cpu"]["tensors"]["net"]["max_abs"] < 1e-5
         assert manifest["verify"]["default"]["tensors"]["net"]["max_rel"] < 0.02
     record = json.loads((denoiser.root / "build/den/net/export.json").read_text())
-    assert record["settings"]["sha256"] == sha256(denoiser.root / "models/denoiser.onnx")   # a given file stays one
+    # a given file stays one
+    assert record["settings"]["sha256"] == sha256(denoiser.root / "models/denoiser.onnx")
     assert denoiser.run()[1] == []
 
 
@@ -75,20 +86,36 @@ def test_without_the_rewrites_the_build_names_node_reason_and_rewrite(denoiser):
     rc, executed, text = denoiser.run("compile:den/net@SM8750")
     assert rc == 1 and "inspect:den/net" in executed and "convert:den/net" not in executed, text
     line = next(li for li in text.splitlines() if "computed wrong on the HTP" in li)
-    assert "/tcn/Conv (Conv) is computed wrong on the HTP: a dilated 1-D Conv with the same padding of 33" in line
+    assert (
+        "/tcn/Conv (Conv) is computed wrong on the HTP: a dilated 1-D Conv with the same padding "
+        "of 33"
+        in line
+    )
     assert "apply the rewrite 'conv-dilated-polyphase'" in line
-    assert "/norm/Pow (Pow) is computed wrong on the HTP: Pow(x, 2) returns -4.0 for x = -0.0" in line
-    denoiser.declare('rewrite = ["pow-square-as-mul", "conv-dilated-polyphase"]')   # the others stay off the HTP
+    assert (
+        "/norm/Pow (Pow) is computed wrong on the HTP: Pow(x, 2) returns -4.0 for x = -0.0" in line
+    )
+    # the others stay off the HTP
+    denoiser.declare('rewrite = ["pow-square-as-mul", "conv-dilated-polyphase"]')
     rc, executed, text = denoiser.run("compile:den/net@SM8750")
     assert rc == 1 and "convert:den/net" in executed, text
     line = next(li for li in text.splitlines() if "would run on the CPU" in li)
-    assert ("/up/ConvTranspose (ConvTranspose: QNN EP: QNN's TransposeConv2d operator only supports default "
-            "dilation values of 1.; the rewrite 'convtranspose-as-conv' makes the HTP take it)") in line
-    assert ("/unfold/Gather (Gather: output frames has rank 6 > 5, the HTP's most; the rewrite 'high-rank-fold' "
-            "makes") in line
-    assert "export" not in line   # a given file: the rules are the way, not an export it does not have
-    assert ("/rnn/LSTM (LSTM: QNN EP doesn't support non-default activations for LSTM.; the rewrite "
-            "'lstm-default-activations' makes") in line
+    assert (
+        "/up/ConvTranspose (ConvTranspose: QNN EP: QNN's TransposeConv2d operator only supports "
+        "default "
+        "dilation values of 1.; the rewrite 'convtranspose-as-conv' makes the HTP take it)"
+    ) in line
+    assert (
+        "/unfold/Gather (Gather: output frames has rank 6 > 5, the HTP's most; the rewrite "
+        "'high-rank-fold' "
+        "makes"
+    ) in line
+    # a given file: the rules are the way, not an export it does not have
+    assert "export" not in line
+    assert (
+        "/rnn/LSTM (LSTM: QNN EP doesn't support non-default activations for LSTM.; the rewrite "
+        "'lstm-default-activations' makes"
+    ) in line
     record = json.loads((denoiser.root / "build/den/ort-qnn/net/net.convert.json").read_text())
     assert {n["node"]: n["rewrite"] for n in record["cpu_nodes"]} == {
         "/up/ConvTranspose": "convtranspose-as-conv", "/unfold/Gather": "high-rank-fold",
@@ -106,25 +133,51 @@ def test_a_rewrite_that_changes_the_outputs_fails_naming_it(tmp_path, monkeypatc
                   for r in library.RULES)
     monkeypatch.setattr(library, "RULES", rules)
     onnx.save(_legalize().square(), tmp_path / "export.onnx")
-    files = {"rewritten": str(tmp_path / "net.onnx"), "unrewritten": str(tmp_path / "net.unrewritten.onnx"),
-             "applied": str(tmp_path / "net.rewrites.json")}
-    simplify.simplify(str(tmp_path / "export.onnx"), files["rewritten"], "auto", files["unrewritten"], files["applied"])
+    files = {
+        "rewritten": str(tmp_path / "net.onnx"),
+        "unrewritten": str(tmp_path / "net.unrewritten.onnx"),
+        "applied": str(tmp_path / "net.rewrites.json"),
+    }
+    simplify.simplify(
+        str(tmp_path / "export.onnx"),
+        files["rewritten"],
+        "auto",
+        files["unrewritten"],
+        files["applied"],
+    )
     (tmp_path / "plain.py").write_text("")
     io = {"net": {"inputs": [["x", [1, 64], "float32"]], "outputs": [["y", [1, 64], "float32"]]}}
     with pytest.raises(StageFailed) as failed:
-        rewrite_check.check(str(tmp_path / "plain.py"), {"net": files}, None, {"max_abs": 1e-3, "metric": {}},
-                      str(tmp_path / "rewrite.json"), io, "models/x.toml", {})
+        rewrite_check.check(
+            str(tmp_path / "plain.py"),
+            {"net": files},
+            None,
+            {"max_abs": 1e-3, "metric": {}},
+            str(tmp_path / "rewrite.json"),
+            io,
+            "models/x.toml",
+            {},
+        )
     message = str(failed.value)
-    assert message.startswith("models/x.toml: the rewrites change what the model computes (CPU, unrewritten vs "
-                              "rewritten): net: max abs error "), message
+    assert message.startswith(
+        "models/x.toml: the rewrites change what the model computes (CPU, unrewritten vs "
+        "rewritten): net: max abs error "
+    ), message
     assert "rewrite 'pow-square-as-mul' on graph net (nodes /norm/Pow): max abs error" in message
     assert not (tmp_path / "rewrite.json").exists()
 
 
-@pytest.mark.parametrize("value, message", [
-    ('["pow-squar"]', "unknown rewrite 'pow-squar'; did you mean 'pow-square-as-mul'?"),
-    ('"all"', 'expected "auto" or a list of rewrite names (if-as-where, lstm-default-activations, '),
-    ("true", "graphs.net.rewrite: expected str or list, got True")])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ('["pow-squar"]', "unknown rewrite 'pow-squar'; did you mean 'pow-square-as-mul'?"),
+        (
+            '"all"',
+            'expected "auto" or a list of rewrite names (if-as-where, lstm-default-activations, ',
+        ),
+        ("true", "graphs.net.rewrite: expected str or list, got True"),
+    ],
+)
 def test_a_rewrite_the_library_does_not_have_is_refused_at_load(denoiser, capsys, value, message):
     denoiser.declare(f"rewrite = {value}")
     rc, _, _ = denoiser.run("list")

@@ -1,4 +1,5 @@
-"""Steps for the worker tests (test_engine_worker.py): module-level functions a forked or fresh step can find."""
+"""Steps for the worker tests (test_engine_worker.py): module-level functions a forked or fresh
+step can find."""
 from __future__ import annotations
 
 import ctypes
@@ -12,7 +13,8 @@ def segfault() -> None:
 
 
 def leak(megabytes: int) -> None:
-    """What a careless step leaves behind in its process: patched modules, environment, memory, sys.path."""
+    """What a careless step leaves behind in its process: patched modules,
+    environment, memory, sys.path."""
     import onnx
     onnx.LEAKED = True
     os.environ["QNN_TEST_LEAK"] = "1"
@@ -22,8 +24,8 @@ def leak(megabytes: int) -> None:
 
 
 def clean(marker: str) -> None:
-    """Fails unless this process shows nothing of leak(); writes to `marker` its pid, whether onnx was
-    imported before it ran, and a random number (forks must not share unseeded randomness)."""
+    """Fails unless this process shows nothing of leak(); writes to `marker` its pid, whether onnx
+    was imported before it ran, and a random number (forks must not share unseeded randomness)."""
     import onnx
     left = [what for what, there in (("onnx.LEAKED", hasattr(onnx, "LEAKED")),
                                      ("environment", "QNN_TEST_LEAK" in os.environ),

@@ -1,6 +1,6 @@
-"""The only place that knows where each stage writes in build/: per model, graph, chip and QAIRT family
-(paths are relative: doit runs in the dodo's folder). File names a compiler chooses come from the compiler
-(stages.Compiler); the engine's own files (state DB, locks) are engine/paths.py's."""
+"""The only place that knows where each stage writes in build/: per model, graph, chip and QAIRT
+family (paths are relative: doit runs in the dodo's folder). File names a compiler chooses come from
+the compiler (stages.Compiler); the engine's own files (state DB, locks) are engine/paths.py's."""
 from __future__ import annotations
 
 import re
@@ -55,7 +55,8 @@ def simplified(model, graph) -> str:
 
 
 def unrewritten(model, graph) -> str:
-    """The simplified ONNX before the spec's rewrites (what the rewritten one is checked against)."""
+    """The simplified ONNX before the spec's rewrites (what the rewritten one
+    is checked against)."""
     return f"{BUILD}/{model.name}/{graph.name}/{graph.name}.unrewritten.onnx"
 
 
@@ -94,13 +95,14 @@ def parity_group_log(model, group: str) -> str:
 
 
 def compiler_dir(model, family: str = "") -> str:
-    """A toolchain's outputs of one model; a QAIRT family other than the default gets its own folder beside it
-    (`ort-qnn-qairt2.49`), so the default build's paths never move."""
+    """A toolchain's outputs of one model; a QAIRT family other than the default gets its own folder
+    beside it (`ort-qnn-qairt2.49`), so the default build's paths never move."""
     return f"{BUILD}/{model.name}/{model.compiler}" + (f"-qairt{family}" if family else "")
 
 
 def chip_dir(model, chip) -> str:
-    """Per-chip outputs, under the toolchain's name (and QAIRT family) so two toolchains' binaries never mix."""
+    """Per-chip outputs, under the toolchain's name (and QAIRT family) so two toolchains'
+    binaries never mix."""
     return f"{compiler_dir(model, getattr(chip, 'family', ''))}/{chip.name}"
 
 
@@ -110,8 +112,8 @@ def context_model(model, graph, chip) -> str:
 
 
 def context_binary(model, graph, chip, suffix: str) -> str:
-    """The binary's name is the compiler's choice (the EP writes <stem>_qnn.bin; qnn-context-binary-generator
-    <--binary_file>.bin): `suffix` is the compiler's binary_suffix."""
+    """The binary's name is the compiler's choice (the EP writes <stem>_qnn.bin;
+    qnn-context-binary-generator <--binary_file>.bin): `suffix` is the compiler's binary_suffix."""
     return f"{chip_dir(model, chip)}/{graph.name}{suffix}.bin"
 
 
@@ -124,7 +126,8 @@ def compile_record(model, graph, chip) -> str:
 
 
 def shared_dir(model, chip) -> str:
-    """A model's window graphs in one context binary whose weights are stored once (compilers/ort_qnn/share.py)."""
+    """A model's window graphs in one context binary whose weights are stored once
+    (compilers/ort_qnn/share.py)."""
     return f"{chip_dir(model, chip)}/shared"
 
 
@@ -155,7 +158,8 @@ def manifest(model, chip) -> str:
 
 # QAIRT SDK compiler: chip-independent outputs per graph, then per chip in chip_dir().
 def compiler_graph_dir(model, graph, family: str = "") -> str:
-    """Per-graph outputs of the compiler (QAIRT: converter C++, weights, model libs; embedded: the recording)."""
+    """Per-graph outputs of the compiler (QAIRT: converter C++, weights, model libs;
+    embedded: the recording)."""
     return f"{compiler_dir(model, family)}/{graph.name}"
 
 
@@ -169,8 +173,8 @@ def qnn_weights(model, graph, family: str = "") -> str:
 
 
 def qnn_source(model, graph, family: str = "") -> str:
-    """The embedded toolchain's QNN graph: the QNN Saver's C recording of the EP's HTP lowering (build/ only:
-    it carries Qualcomm's banner)."""
+    """The embedded toolchain's QNN graph: the QNN Saver's C recording of the EP's HTP lowering
+    (build/ only: it carries Qualcomm's banner)."""
     return f"{compiler_graph_dir(model, graph, family)}/{graph.name}.c"
 
 
@@ -199,7 +203,8 @@ def stage_record(model, graph, stage: str, chip=None, family: str = "") -> str:
 
 
 def converter_input_list(model, graph) -> str:
-    """A w8a16 graph's calibration list with paths the converter opens from the project root (where it runs)."""
+    """A w8a16 graph's calibration list with paths the converter opens from the project root
+    (where it runs)."""
     return f"{compiler_graph_dir(model, graph)}/{graph.name}.input_list.txt"
 
 
@@ -214,7 +219,8 @@ def calibration(model, graph) -> str:
 
 
 def calibration_list(model, graph) -> str:
-    """One line per sample, the raw files of each graph input, named relative to the calibration folder."""
+    """One line per sample, the raw files of each graph input, named relative to
+    the calibration folder."""
     return f"{calibration(model, graph)}/input_list.txt"
 
 
@@ -262,8 +268,10 @@ def ort_bundle(model, chip) -> str:
 
 
 def sherpa_bundle(model, chip) -> str:
-    """sherpa-onnx's release name for a per-SoC binary bundle (its export workflows'; docs/phone.md)."""
-    return f"{bundle_dir(model, chip)}/sherpa-onnx-qnn-{chip.name}-binary-{model.bundle_name or model.name}.tar.bz2"
+    """sherpa-onnx's release name for a per-SoC binary bundle (its export
+    workflows'; docs/phone.md)."""
+    name = model.bundle_name or model.name
+    return f"{bundle_dir(model, chip)}/sherpa-onnx-qnn-{chip.name}-binary-{name}.tar.bz2"
 
 
 def sherpa_run(model, chip, tier: str = "default") -> str:
@@ -280,21 +288,32 @@ def bundle_record(model, chip) -> str:
 
 
 def claims(model, chip) -> list[str]:
-    """What says a (model, chip)'s binaries passed, or ships them as passed: its verify records, manifest, bundles
-    and runtime-loop records (the report removes those a failure upstream of them overturned)."""
-    return [verified(model, chip), verified(model, chip, "full"), manifest(model, chip), bundle_record(model, chip),
-            ort_bundle(model, chip), sherpa_bundle(model, chip), sherpa_run(model, chip),
-            sherpa_run(model, chip, "full")]
+    """What says a (model, chip)'s binaries passed, or ships them as passed: its verify
+    records, manifest, bundles and runtime-loop records (the report removes those a failure
+    upstream of them overturned)."""
+    return [
+        verified(model, chip),
+        verified(model, chip, "full"),
+        manifest(model, chip),
+        bundle_record(model, chip),
+        ort_bundle(model, chip),
+        sherpa_bundle(model, chip),
+        sherpa_run(model, chip),
+        sherpa_run(model, chip, "full"),
+    ]
 
 
 def runtime_record(compiler: str, chip) -> str:
     """The QNN runtime libraries an app ships for one chip, per compiler (SDK version family)."""
-    return (f"{BUILD}/runtime/{compiler}{f'-qairt{chip.family}' if getattr(chip, 'family', '') else ''}"
-            f"/{chip.name}.json")
+    return (
+        f"{BUILD}/runtime/{compiler}{f'-qairt{chip.family}' if getattr(chip, 'family', '') else ''}"
+        f"/{chip.name}.json"
+    )
 
 
 def qairt_env_dir(family: str) -> str:
-    """A QAIRT family's own Python environment (venv/) and its record: shared by every model that builds it."""
+    """A QAIRT family's own Python environment (venv/) and its record: shared by every model
+    that builds it."""
     return f"{BUILD}/qairt/{family}"
 
 
@@ -303,7 +322,8 @@ def qairt_env(family: str) -> str:
 
 
 def device_record(model, chip, serial: str) -> str:
-    """One phone's measurements: next to the chip's manifest, or under the model when no build matched."""
+    """One phone's measurements: next to the chip's manifest, or under the model when
+    no build matched."""
     return f"{chip_dir(model, chip) if chip else model_dir(model)}/device-{serial}.json"
 
 

@@ -1,5 +1,6 @@
-"""The failures a user is shown: one line that names the file and field (SpecError) or the step and what to
-do (StageFailed), never a traceback. Every wing may raise them; the engine catches StageFailed in the worker."""
+"""The failures a user is shown: one line that names the file and field (SpecError) or the step and
+what to do (StageFailed), never a traceback. Every wing may raise them; the engine catches
+StageFailed in the worker."""
 from __future__ import annotations
 
 from doit.exceptions import InvalidDodoFile
@@ -10,4 +11,5 @@ class SpecError(InvalidDodoFile):
 
 
 class StageFailed(Exception):
-    """An expected failure (bad model, CPU partition, accuracy miss): one clear message, no traceback."""
+    """An expected failure (bad model, CPU partition, accuracy miss): one clear
+    message, no traceback."""

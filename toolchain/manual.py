@@ -1,6 +1,7 @@
-"""`python -m toolchain docs [topic]`: the user docs, shipped with the tool. The checkout's docs/*.md are the one
-source; the package holds them as `docs` beside this file (in a checkout a link to the top-level docs folder, in a
-wheel the pages themselves: pyproject.toml's package-data), so one path serves both."""
+"""`python -m toolchain docs [topic]`: the user docs, shipped with the tool. The checkout's
+docs/*.md are the one source; the package holds them as `docs` beside this file (in a checkout a
+link to the top-level docs folder, in a wheel the pages themselves: pyproject.toml's package-data),
+so one path serves both."""
 from __future__ import annotations
 
 import difflib
@@ -34,11 +35,14 @@ def listing() -> list[str]:
 
 
 def page(topic: str) -> Path:
-    """The page of a topic; "docs/add-a-model.md" (how messages cite it) names the topic "add-a-model" too."""
+    """The page of a topic; "docs/add-a-model.md" (how messages cite it) names the
+    topic "add-a-model" too."""
     found = topics()
     name = topic.removeprefix("docs/").removesuffix(".md")
     if name in found:
         return found[name]
     close = difflib.get_close_matches(name, found, n=1)
     hint = f"did you mean '{close[0]}'?" if close else f"topics: {', '.join(found)}"
-    raise UnknownTopic(f"unknown docs topic {topic!r}; {hint} (python -m toolchain docs lists them)")
+    raise UnknownTopic(
+        f"unknown docs topic {topic!r}; {hint} (python -m toolchain docs lists them)"
+    )

@@ -1,11 +1,13 @@
-"""The build as GitHub Actions matrices: chip-independent tasks once per model (phase "models"), chip
-tasks per (model, chip) (phase "chips"); every job runs `doit <its tasks>` against one shared cache.
+"""The build as GitHub Actions matrices: chip-independent tasks once per model (phase
+"models"), chip tasks per (model, chip) (phase "chips"); every job runs `doit <its tasks>`
+against one shared cache.
 
     python -m toolchain.matrix --phase models|chips [--max-jobs 256] [name=value ...]
 
 prints {"include": [{"name": ..., "units": ..., "tasks": ...}, ...]}. A matrix holds at most
---max-jobs jobs (GitHub's limit is 256 per matrix): above it, units sorted by (model, chip) are cut into
-consecutive runs of ceil(units / max-jobs), so a job holds few units, mostly chips of one model."""
+--max-jobs jobs (GitHub's limit is 256 per matrix): above it, units sorted by (model, chip)
+are cut into consecutive runs of ceil(units / max-jobs), so a job holds few units, mostly
+chips of one model."""
 from __future__ import annotations
 
 import argparse
@@ -22,8 +24,8 @@ GITHUB_LIMIT = 256
 
 
 def load_tasks(dodo: str = "dodo.py", variables: tuple[str, ...] = ()) -> tuple[list, list[str]]:
-    """(the doit tasks, DOIT_CONFIG's default_tasks) of dodo.py with these `name=value` variables (a dodo reads
-    them from doit's command line, sys.argv, as `doit name=value` gives them)."""
+    """(the doit tasks, DOIT_CONFIG's default_tasks) of dodo.py with these `name=value` variables (a
+    dodo reads them from doit's command line, sys.argv, as `doit name=value` gives them)."""
     from doit import loader
     os.chdir(Path(dodo).resolve().parent)   # the dodo's paths are relative to its folder
     argv, sys.argv = sys.argv, ["doit", *variables]
@@ -35,9 +37,10 @@ def load_tasks(dodo: str = "dodo.py", variables: tuple[str, ...] = ()) -> tuple[
 
 
 def units(tasks, stages: list[str]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """({model: chip-independent task names}, {model@CHIP: chip task names}) of the given stages, in
-    doit's order, read from the names: <stage>:<model>[/<graph>] and <stage>:<model>[/<graph>]@<CHIP>.
-    A task that is nobody's subtask (report) belongs to the final `doit` job."""
+    """({model: chip-independent task names}, {model@CHIP: chip task names}) of the given stages,
+    in doit's order, read from the names: <stage>:<model>[/<graph>] and
+    <stage>:<model>[/<graph>]@<CHIP>. A task that is nobody's subtask (report) belongs to the
+    final `doit` job."""
     models: dict[str, list[str]] = {}
     chips: dict[str, list[str]] = {}
     for task in tasks:
@@ -54,23 +57,33 @@ def units(tasks, stages: list[str]) -> tuple[dict[str, list[str]], dict[str, lis
 
 
 def jobs(groups: dict[str, list[str]], max_jobs: int = GITHUB_LIMIT) -> list[dict]:
-    """Matrix entries: one unit per job, or consecutive runs of units when there are more than max_jobs."""
+    """Matrix entries: one unit per job, or consecutive runs of units when there are
+    more than max_jobs."""
     names = sorted(groups)
     size = max(1, math.ceil(len(names) / max_jobs))
     entries = []
     for start in range(0, len(names), size):
         run = names[start:start + size]
-        entries.append({"name": run[0] + (f" +{len(run) - 1}" if len(run) > 1 else ""), "units": " ".join(run),
-                        "tasks": " ".join(t for unit in run for t in groups[unit])})
+        entries.append(
+            {
+                "name": run[0] + (f" +{len(run) - 1}" if len(run) > 1 else ""),
+                "units": " ".join(run),
+                "tasks": " ".join(t for unit in run for t in groups[unit]),
+            }
+        )
     return entries
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m toolchain.matrix", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m toolchain.matrix", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--phase", choices=("models", "chips"), required=True)
     parser.add_argument("--max-jobs", type=int, default=GITHUB_LIMIT)
     parser.add_argument("--dodo", default="dodo.py")
-    parser.add_argument("variables", nargs="*", metavar="name=value", help="doit variables, e.g. full=SM8750")
+    parser.add_argument(
+        "variables", nargs="*", metavar="name=value", help="doit variables, e.g. full=SM8750"
+    )
     args = parser.parse_args(argv)
     if not 1 <= args.max_jobs <= GITHUB_LIMIT:
         parser.error(f"--max-jobs must be 1..{GITHUB_LIMIT}, got {args.max_jobs}")

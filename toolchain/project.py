@@ -1,6 +1,6 @@
-"""The loader of the Project every stage is handed (toolchain/stages/__init__.py): all model specs, the chip
-table and the compiler each model builds with. The one place that joins the wings: each model's compiler is
-resolved and checked here, before any task runs."""
+"""The loader of the Project every stage is handed (toolchain/stages/__init__.py): all model specs,
+the chip table and the compiler each model builds with. The one place that joins the wings: each
+model's compiler is resolved and checked here, before any task runs."""
 from __future__ import annotations
 
 import dataclasses
@@ -19,10 +19,11 @@ from toolchain.stages import Compiler, Project
 
 
 def load(models_dir: str | Path, options: Options) -> Project:
-    """Load every models/*.toml (and models/extra/*.toml with options["extra"]: opt-in models, too slow for
-    every build on 2 cores; models/corpus/*.toml with options["corpus"]: real models from packages);
-    options["full"]: the chips of the full tier; options["qairt"]: the command line's QAIRT
-    families or runtime versions (comma list, 'all'), for every model that can take them (toolchain/options.py)."""
+    """Load every models/*.toml (and models/extra/*.toml with options["extra"]: opt-in models, too
+    slow for every build on 2 cores; models/corpus/*.toml with options["corpus"]: real models from
+    packages); options["full"]: the chips of the full tier; options["qairt"]: the command line's
+    QAIRT families or runtime versions (comma list, 'all'), for every model that can take them
+    (toolchain/options.py)."""
     extra, wanted = options["extra"], options["full"]
     chips = chip_table.load()
     files = spec_files(Path(models_dir)) + (spec_files(Path(models_dir, "extra")) if extra else [])
@@ -38,7 +39,8 @@ def load(models_dir: str | Path, options: Options) -> Project:
             problem = rewrites.problems(graph.rewrite) if graph.rewrite else ""
             if problem:
                 raise SpecError(f"{model.spec_file}: graphs.{graph.name}.rewrite: {problem}")
-        modelcode.check(model)   # the model file against the model-code protocol: no typo, no hook missing
+        # the model file against the model-code protocol: no typo, no hook missing
+        modelcode.check(model)
     models, found = with_compilers(models, chips, options)
     return Project(models=models, chips=chips, compilers=found, full_chips=wanted,
                    gated=frozenset(m.name for m in models if sherpa.wanted(m, found[m.compiler])),
@@ -52,16 +54,21 @@ def spec_files(folder: Path) -> list[Path]:
     for path in sorted(folder.glob("*.toml*")):
         if path.name.startswith((".", "#")) or not path.name.endswith(".toml"):
             if path.name.endswith((".toml", ".toml~", ".toml#")):
-                print(f"{path}: skipped (an editor's or the OS's file, not a spec)", file=sys.stderr)
+                print(
+                    f"{path}: skipped (an editor's or the OS's file, not a spec)", file=sys.stderr
+                )
             continue
         found.append(path)
     return found
 
 
 def with_compilers(models, chips: dict, options: Options) -> tuple[tuple, dict[str, Compiler]]:
-    """Each model with its compiler: "auto" resolved (and said on stdout, with the reason), the name
-    checked, what the compiler cannot build refused, each compiler preflighted once for its models."""
-    auto = compilers.choose_auto(options["sdk"]) if any(m.compiler == AUTO for m in models) else None
+    """Each model with its compiler: "auto" resolved (and said on stdout, with the reason),
+    the name checked, what the compiler cannot build refused, each compiler preflighted once
+    for its models."""
+    auto = (
+        compilers.choose_auto(options["sdk"]) if any(m.compiler == AUTO for m in models) else None
+    )
     qairt = options["qairt"]
     if auto:
         print(f'compiler = "auto" -> {auto[0]}: {auto[1]}')
@@ -72,7 +79,11 @@ def with_compilers(models, chips: dict, options: Options) -> tuple[tuple, dict[s
         if name not in compilers.REGISTRY:
             import difflib  # for an error's suggestion only: not at every load
             close = difflib.get_close_matches(name, compilers.REGISTRY, n=1)
-            hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join([*compilers.REGISTRY, AUTO])}"
+            hint = (
+                f"did you mean '{close[0]}'?"
+                if close
+                else f"known: {', '.join([*compilers.REGISTRY, AUTO])}"
+            )
             raise SpecError(f"{model.spec_file}: compiler: unknown compiler {name!r}; {hint}")
         compiler = instances.setdefault(name, compilers.REGISTRY[name]())
         for field, reason in compiler.spec_problems(model):

@@ -7,21 +7,23 @@ from toolchain.qnn import sdk
 from toolchain.stages import Compiler
 
 REGISTRY: dict[str, type[Compiler]] = {
-    ort_qnn.NAME: ort_qnn.Compiler,   # embedded: onnxruntime-qnn's compiler and simulator (the default)
+    # embedded: onnxruntime-qnn's compiler and simulator (the default)
+    ort_qnn.NAME: ort_qnn.Compiler,
     qairt.NAME: qairt.Compiler,      # the QAIRT SDK at $QNN_SDK_ROOT, as sherpa-onnx's CI runs it
 }
 DEFAULT = ort_qnn.NAME
 
 
 def check_families(value: str) -> str:
-    """`qairt=` (toolchain/options.py): every version named is one a compiler here builds for (ValueError if not);
-    each model's compiler reads the text (Compiler.families)."""
+    """`qairt=` (toolchain/options.py): every version named is one a compiler here builds for
+    (ValueError if not); each model's compiler reads the text (Compiler.families)."""
     ort_qnn.families.parse_var(value)
     return value
 
 
 def choose_auto(root: str | None) -> tuple[str, str]:
-    """(compiler, why) for compiler = "auto": the QAIRT SDK when `root` ($QNN_SDK_ROOT) is a complete one."""
+    """(compiler, why) for compiler = "auto": the QAIRT SDK when `root` ($QNN_SDK_ROOT) is
+    a complete one."""
     if not root:
         return DEFAULT, f"${sdk.ENV_ROOT} is not set"
     problems = sdk.layout_problems(root)

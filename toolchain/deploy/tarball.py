@@ -12,11 +12,13 @@ if TYPE_CHECKING:
 
 MTIME = 0            # no build time in the archive: two builds of the same inputs compare equal
 FILE_MODE, DIR_MODE = 0o644, 0o755
-# tarfile is imported where used: doit's own process loads this module at every run, which writes no bundle
+# tarfile is imported where used: doit's own process loads this module at every run, which
+# writes no bundle
 
 
 def write(out: str | Path, top: str, members: dict[str, str | Path | bytes]) -> None:
-    """Write `out` atomically: `top`/<name> for each member, a file path or bytes, in sorted order."""
+    """Write `out` atomically: `top`/<name> for each member, a file path or bytes,
+    in sorted order."""
     import tarfile
     with atomic_path(out) as tmp:
         # bz2 has no timestamp of its own and compresses deterministically at a fixed level.
@@ -26,7 +28,10 @@ def write(out: str | Path, top: str, members: dict[str, str | Path | bytes]) -> 
             for name in sorted(members):
                 data = members[name]
                 if isinstance(data, bytes):
-                    tar.addfile(_info(f"{top}/{name}", tarfile.REGTYPE, len(data), FILE_MODE), io.BytesIO(data))
+                    tar.addfile(
+                        _info(f"{top}/{name}", tarfile.REGTYPE, len(data), FILE_MODE),
+                        io.BytesIO(data),
+                    )
                 else:
                     with open(data, "rb") as f:
                         size = Path(data).stat().st_size

@@ -33,9 +33,9 @@ _MEMO: dict[str, tuple] = {}   # path -> (stamp, sha256), this process's hashes
 
 
 def stamp(st) -> tuple[int, int, int, int]:
-    """What says a file is unchanged without reading it: size, mtime, ctime (ns) and inode. ctime is what
-    no user can set back (git's index and Bazel's digest cache key on it too): an edit that kept the size
-    and mtime (`cp -p`, `rsync -a`, `touch -r`) still moves it."""
+    """What says a file is unchanged without reading it: size, mtime, ctime (ns) and inode. ctime is
+    what no user can set back (git's index and Bazel's digest cache key on it too): an edit that
+    kept the size and mtime (`cp -p`, `rsync -a`, `touch -r`) still moves it."""
     return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
 
 
@@ -46,8 +46,8 @@ def sha256_memo(path: str | Path) -> str:
 
 
 def memoized(memo: dict, path, digest, st=None, fresh: bool = False) -> str:
-    """digest(path), kept in `memo` while the file's stamp stays; `fresh` reads it regardless. The one memo
-    rule of sha256_memo and the content checker's md5."""
+    """digest(path), kept in `memo` while the file's stamp stays; `fresh` reads it regardless. The
+    one memo rule of sha256_memo and the content checker's md5."""
     st = st or os.stat(path)
     key = os.path.abspath(path)
     known = memo.get(key)
@@ -59,8 +59,8 @@ def memoized(memo: dict, path, digest, st=None, fresh: bool = False) -> str:
 
 
 def remember(path: str | Path, digest: str) -> None:
-    """Note a sha256 just verified while writing `path` (a cache restore), so the outputs record does not
-    read the file again; keyed by its stamp like every memo entry."""
+    """Note a sha256 just verified while writing `path` (a cache restore), so the outputs record
+    does not read the file again; keyed by its stamp like every memo entry."""
     _MEMO[os.path.abspath(path)] = (stamp(os.stat(path)), digest)
 
 
@@ -82,7 +82,8 @@ def atomic_path(path: str | Path):
 
 @contextlib.contextmanager
 def atomic_dir(path: str | Path):
-    """Yield a temp folder beside `path`; each file in it replaces its namesake in `path` at the end."""
+    """Yield a temp folder beside `path`; each file in it replaces its namesake in `path`
+    at the end."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=path))
@@ -97,28 +98,31 @@ def atomic_dir(path: str | Path):
 
 
 def write_json(path: str | Path, data, sort_keys: bool = True) -> None:
-    """Write strict JSON (sorted keys unless a record orders its own, trailing newline; NaN and Infinity refused)
-    atomically."""
+    """Write strict JSON (sorted keys unless a record orders its own, trailing newline; NaN and
+    Infinity refused) atomically."""
     text = json.dumps(data, indent=2, sort_keys=sort_keys, allow_nan=False) + "\n"
     with atomic_path(path) as tmp:
         tmp.write_text(text)
 
 
 def read_json(path: str | Path):
-    """Read a JSON file; a damaged one is a ValueError naming it (its task is rebuilt: outputs.py)."""
+    """Read a JSON file; a damaged one is a ValueError naming it (its task is
+    rebuilt: outputs.py)."""
     try:
         return json.loads(Path(path).read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not valid JSON ({err}): damaged? `doit` rebuilds it when it changed "
-                         f"after its task wrote it") from None
+        raise ValueError(
+            f"{path}: not valid JSON ({err}): damaged? `doit` rebuilds it when it changed "
+            f"after its task wrote it"
+        ) from None
 
 
 TEMP = (".*.tmp", ".tmp-*")   # what atomic_path / atomic_dir leave behind when killed
 
 
 def sweep(folder: str | Path) -> list[str]:
-    """Remove the temp files and folders killed steps left under `folder`; returns what went. One walk of the
-    tree (it runs at every load: a pathlib glob per pattern took 3x as long)."""
+    """Remove the temp files and folders killed steps left under `folder`; returns what went. One
+    walk of the tree (it runs at every load: a pathlib glob per pattern took 3x as long)."""
     gone = []
     for top, dirs, names in os.walk(folder):
         for name in [n for n in dirs if _temp(n)]:

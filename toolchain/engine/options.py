@@ -1,11 +1,12 @@
-"""The build's settings as data (doit's own `opt_*` dicts are the model): each row a command-line variable
-(`doit name=value`) and/or its environment twin, with its parser, default and doc. `resolve()` reads them once, when
-dodo.py loads, into one frozen Options that the stages and the engine are given; nothing reads a variable or its
-twin anywhere else (tests/architecture.py counts it).
+"""The build's settings as data (doit's own `opt_*` dicts are the model): each row a
+command-line variable (`doit name=value`) and/or its environment twin, with its parser, default
+and doc. `resolve()` reads them once, when dodo.py loads, into one frozen Options that the
+stages and the engine are given; nothing reads a variable or its twin anywhere else
+(tests/architecture.py counts it).
 
-One precedence rule for every row: the command line, else the environment, else the default; an empty value is not
-given. One error for a bad value: OptionError, one `ERROR:` line naming the variable (doit prints InvalidDodoFile so).
-"""
+One precedence rule for every row: the command line, else the environment, else the default; an
+empty value is not given. One error for a bad value: OptionError, one `ERROR:` line naming the
+variable (doit prints InvalidDodoFile so). """
 from __future__ import annotations
 
 import os
@@ -24,28 +25,35 @@ class OptionError(InvalidDodoFile):
 class Option:
     """One `doit` variable and its environment twin: name, parser, default and one line of doc."""
 
-    name: str                          # the key of Options; also the command-line name when `variable`
-    parse: Callable[[str], Any]        # the text given -> the value; raises ValueError("expected ...")
+    # the key of Options; also the command-line name when `variable`
+    name: str
+    # the text given -> the value; raises ValueError("expected ...")
+    parse: Callable[[str], Any]
     default: Any
     doc: str
     env: str | None = None             # its environment twin
     variable: bool = True              # settable as `doit name=value` (False: environment only)
-    # two valid texts for the per-row precedence test: [0] as the environment's (not the default, when there is a
-    # twin), [1] as the command line's (not the default, for a variable without a twin)
+    # two valid texts for the per-row precedence test: [0] as the environment's (not the
+    # default, when there is a twin), [1] as the command line's (not the default, for a variable
+    # without a twin)
     examples: tuple[str, str] = ("", "")
     secret: bool = False               # never repeated in a message or a repr
     shown_default: str = ""            # the docs' words for a default that depends on the machine
 
     def spelled(self) -> str:
         """How a user sets it: `name=` and/or `$ENV`."""
-        return " / ".join([*([f"{self.name}="] if self.variable else []), *([f"${self.env}"] if self.env else [])])
+        return " / ".join(
+            [*([f"{self.name}="] if self.variable else []), *([f"${self.env}"] if self.env else [])]
+        )
 
 
 @dataclass(frozen=True)
 class Options:
-    """The resolved settings of one doit run: options["cache"]. A name not in the table is a KeyError naming it."""
+    """The resolved settings of one doit run: options["cache"]. A name not in the table is a
+    KeyError naming it."""
     values: Mapping[str, Any]
-    given: Mapping[str, str] = field(default_factory=dict)   # where each value came from: "command line", "$ENV"
+    # where each value came from: "command line", "$ENV"
+    given: Mapping[str, str] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> Any:
         if name not in self.values:
@@ -57,8 +65,9 @@ class Options:
 
 
 def command_line(argv: Iterable[str]) -> dict[str, str]:
-    """The `name=value` words of doit's command line, by doit's own rule (DoitMain.process_args: a word not
-    starting with '-' that holds '='); doit keeps them only in a private global, so they are read from argv."""
+    """The `name=value` words of doit's command line, by doit's own rule (DoitMain.process_args: a
+    word not starting with '-' that holds '='); doit keeps them only in a private global, so they
+    are read from argv."""
     found = {}
     for word in argv:
         if word and word[0] != "-" and "=" in word:
@@ -67,8 +76,11 @@ def command_line(argv: Iterable[str]) -> dict[str, str]:
     return found
 
 
-def resolve(table: Iterable[Option], given: Mapping[str, str], environ: Mapping[str, str] = os.environ) -> Options:
-    """Every row's value: `given` (the command line) over `environ` over the default. Raises OptionError."""
+def resolve(
+    table: Iterable[Option], given: Mapping[str, str], environ: Mapping[str, str] = os.environ
+) -> Options:
+    """Every row's value: `given` (the command line) over `environ` over the
+    default. Raises OptionError."""
     rows = list(table)
     variables = [r.name for r in rows if r.variable]
     for name, value in given.items():
@@ -146,7 +158,9 @@ def table_markdown(table: Iterable[Option]) -> str:
     """The rows as the Markdown table the docs carry (tests/test_docs.py holds the docs to it)."""
     lines = ["| setting | default | what it does |", "|---|---|---|"]
     for row in table:
-        default = row.shown_default or ("—" if row.default in (None, "", (), {}) else f"`{_shown(row.default)}`")
+        default = row.shown_default or (
+            "—" if row.default in (None, "", (), {}) else f"`{_shown(row.default)}`"
+        )
         lines.append(f"| {row.spelled()} | {default} | {row.doc} |")
     return "\n".join(lines)
 

@@ -1,5 +1,5 @@
-"""The engine's own files in build/ (paths are relative: doit runs in the dodo's folder). What the stages write
-there, per model, graph and chip, is toolchain/artifacts.py's."""
+"""The engine's own files in build/ (paths are relative: doit runs in the dodo's folder). What the
+stages write there, per model, graph and chip, is toolchain/artifacts.py's."""
 from __future__ import annotations
 
 BUILD = "build"
@@ -10,5 +10,7 @@ OUTPUTS_DB = f"{BUILD}/.outputs.db"   # what each task wrote (outputs.py)
 TRACE = f"{BUILD}/trace.json"   # where the last build's time went (trace.py)
 TRACE_SVG = f"{BUILD}/trace.svg"   # the same as a timeline picture
 TRACES = f"{BUILD}/traces"   # and the last few builds'
-DURATIONS = f"{BUILD}/.durations.json"   # how long each task took last time (progress.py's estimate)
-FAILED = f"{BUILD}/failed.json"   # what failed and has not passed since, and what it leaves unproven (failures.py)
+# how long each task took last time (progress.py's estimate)
+DURATIONS = f"{BUILD}/.durations.json"
+# what failed and has not passed since, and what it leaves unproven (failures.py)
+FAILED = f"{BUILD}/failed.json"

@@ -1,4 +1,5 @@
-"""adb, the one way to the phone: which device, shell/push/pull, and adb's failures as one-line messages."""
+"""adb, the one way to the phone: which device, shell/push/pull, and adb's failures
+as one-line messages."""
 from __future__ import annotations
 
 import os
@@ -9,16 +10,28 @@ import subprocess
 
 from toolchain.errors import StageFailed
 
-# adb's own words (platform-tools 29 to 35 prefix them "error:" or "adb:") -> what the user should do.
+# adb's own words (platform-tools 29 to 35 prefix them "error:" or "adb:") -> what the
+# user should do.
 FAILURES = (
-    (r"no devices/emulators found", "no phone: adb sees no device; connect one with USB debugging on (`adb devices`)"),
-    (r"unauthorized", "the phone has not authorized this computer: unlock it, accept the 'Allow USB debugging?' "
-                      "dialog, then retry"),
+    (
+        r"no devices/emulators found",
+        "no phone: adb sees no device; connect one with USB debugging on (`adb devices`)",
+    ),
+    (
+        r"unauthorized",
+        "the phone has not authorized this computer: unlock it, accept the 'Allow USB debugging?' "
+        "dialog, then retry",
+    ),
     (r"offline", "the phone is offline: reconnect the cable (or `adb reconnect`)"),
-    (r"device '([^']*)' not found", "ANDROID_SERIAL names no attached device: `adb devices` lists the serials"),
+    (
+        r"device '([^']*)' not found",
+        "ANDROID_SERIAL names no attached device: `adb devices` lists the serials",
+    ),
     (r"more than one device", "several phones are attached: set ANDROID_SERIAL to one of them"),
 )
-PUSH_FAILURES = r"failed to copy|cannot stat|stat failed|Read-only file system|No space left|Permission denied"
+PUSH_FAILURES = (
+    r"failed to copy|cannot stat|stat failed|Read-only file system|No space left|Permission denied"
+)
 TIMEOUT = 600
 
 
@@ -44,11 +57,18 @@ def explain(output: str, what: str) -> str:
 
 def devices() -> list[tuple[str, str]]:
     """(serial, state) from `adb devices`: state is device, unauthorized, offline, ..."""
-    done = subprocess.run([executable(), "devices"], capture_output=True, text=True, timeout=TIMEOUT)
+    done = subprocess.run(
+        [executable(), "devices"], capture_output=True, text=True, timeout=TIMEOUT
+    )
     if done.returncode:
         raise AdbError(explain(done.stdout + done.stderr, "adb devices"))
-    rows = [line.split(None, 1) for line in done.stdout.splitlines()[1:] if line.strip() and not line.startswith("*")]
-    return [(r[0], r[1].strip()) for r in rows if len(r) == 2]   # state may be "no permissions (...)"
+    rows = [
+        line.split(None, 1)
+        for line in done.stdout.splitlines()[1:]
+        if line.strip() and not line.startswith("*")
+    ]
+    # state may be "no permissions (...)"
+    return [(r[0], r[1].strip()) for r in rows if len(r) == 2]
 
 
 def choose(environ=os.environ) -> str:
@@ -58,10 +78,15 @@ def choose(environ=os.environ) -> str:
         return serial
     found = devices()
     if not found:
-        raise AdbError("adb devices: no phone: adb sees no device; connect one with USB debugging on")
+        raise AdbError(
+            "adb devices: no phone: adb sees no device; connect one with USB debugging on"
+        )
     if len(found) > 1:
         listed = ", ".join(f"{s} ({state})" for s, state in found)
-        raise AdbError(f"adb devices: several phones are attached ({listed}): set ANDROID_SERIAL to one of them")
+        raise AdbError(
+            f"adb devices: several phones are attached ({listed}): set ANDROID_SERIAL to one of "
+            "them"
+        )
     serial, state = found[0]
     if state != "device":
         raise AdbError(explain(state, f"adb devices: {serial} is '{state}'"))
@@ -69,7 +94,8 @@ def choose(environ=os.environ) -> str:
 
 
 class Adb:
-    """One phone, by serial; every command and the tail of its output are printed (the task's log)."""
+    """One phone, by serial; every command and the tail of its output are printed
+    (the task's log)."""
 
     def __init__(self, serial: str):
         self.serial = serial
@@ -77,7 +103,11 @@ class Adb:
     def _run(self, args: list[str], what: str, check: bool = True) -> subprocess.CompletedProcess:
         argv = [executable(), "-s", self.serial, *args]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT)
-        print(f"$ {shlex.join(argv)}\n{done.stdout[-2000:]}{done.stderr[-2000:]}# exit {done.returncode}", flush=True)
+        print(
+            f"$ {shlex.join(argv)}\n{done.stdout[-2000:]}{done.stderr[-2000:]}# exit "
+            f"{done.returncode}",
+            flush=True,
+        )
         if check and done.returncode:
             raise AdbError(explain(done.stdout + done.stderr, what))
         return done
@@ -89,7 +119,8 @@ class Adb:
     def try_shell(self, command: str) -> tuple[int, str]:
         done = self._run(["shell", command], "adb shell", check=False)
         if done.returncode and re.search("|".join(p for p, _ in FAILURES), done.stderr):
-            raise AdbError(explain(done.stderr, "adb shell"))   # the phone went away, not the command failing
+            # the phone went away, not the command failing
+            raise AdbError(explain(done.stderr, "adb shell"))
         return done.returncode, done.stdout
 
     def push(self, local: str, remote: str) -> None:

@@ -12,8 +12,9 @@ from toolchain.errors import StageFailed
 
 
 def run_logged(function, kwargs: dict, log: str):
-    """Run a phone step here, output to the console and `log`. Not through worker.run: its artifact cache
-    must never replay a measurement. StageFailed (adb, accuracy, setup) becomes one line, no traceback."""
+    """Run a phone step here, output to the console and `log`. Not through worker.run: its
+    artifact cache must never replay a measurement. StageFailed (adb, accuracy, setup) becomes one
+    line, no traceback."""
     Path(log).parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as f, contextlib.redirect_stdout(_Tee(sys.stdout, f)):
         try:

@@ -1,7 +1,8 @@
-"""Inspect QNN HTP context binaries (.bin) and the bundled QNN HTP backend, via ctypes and the clear-text config.
+"""Inspect QNN HTP context binaries (.bin) and the bundled QNN HTP backend, via ctypes and
+the clear-text config.
 
-It also holds the ctypes declarations of the QNN C API (structs, function types, the interface table; LP64, from
-the documented headers) that qnnrun.py and compilers/ort_qnn/context.py share."""
+It also holds the ctypes declarations of the QNN C API (structs, function types, the interface
+table; LP64, from the documented headers) that qnnrun.py and compilers/ort_qnn/context.py share."""
 from __future__ import annotations
 
 import ctypes as C
@@ -22,7 +23,8 @@ DTYPES = {
 QNN_DEFINITION_DEFINED = 1
 """Qnn_Definition_t QNN_DEFINITION_DEFINED: a tensor's quantization parameters are set."""
 ENCODING_SCALE_OFFSET, ENCODING_BW_SCALE_OFFSET = 0, 2
-"""Qnn_QuantizationEncoding_t of the two per-tensor encodings read here (scale/offset, bitwidth/scale/offset)."""
+"""Qnn_QuantizationEncoding_t of the two per-tensor encodings read here (scale/offset,
+bitwidth/scale/offset)."""
 
 
 # ---- QNN API structs (x86_64 / aarch64 LP64 layout, natural alignment) ----
@@ -57,7 +59,8 @@ class _TensorV2(C.Structure):
 
 
 class Tensor(C.Structure):
-    """Qnn_Tensor_t: a version, then the V2 layout (V1 is a prefix of V2, and the union is sized by V2)."""
+    """Qnn_Tensor_t: a version, then the V2 layout (V1 is a prefix of V2, and the union is
+    sized by V2)."""
     _fields_ = [("version", C.c_uint32), ("v2", _TensorV2)]
 
 
@@ -76,19 +79,43 @@ class _GraphInfo(C.Structure):
 
 class _BinInfoV1(C.Structure):
     # V2 only appends platformInfo
-    _fields_ = [("backendId", C.c_uint32), ("buildId", C.c_char_p), ("coreApi", Version),
-                ("backendApi", Version), ("socVersion", C.c_char_p), ("hwInfoBlobVersion", Version),
-                ("ctxBlobVersion", Version), ("hwInfoBlobSize", C.c_uint32), ("hwInfoBlob", C.c_void_p),
-                ("ctxBlobSize", C.c_uint64), ("numCtxTensors", C.c_uint32), ("ctxTensors", C.c_void_p),
-                ("numGraphs", C.c_uint32), ("graphs", C.POINTER(_GraphInfo)), ("platformInfo", C.c_void_p)]
+    _fields_ = [
+        ("backendId", C.c_uint32),
+        ("buildId", C.c_char_p),
+        ("coreApi", Version),
+        ("backendApi", Version),
+        ("socVersion", C.c_char_p),
+        ("hwInfoBlobVersion", Version),
+        ("ctxBlobVersion", Version),
+        ("hwInfoBlobSize", C.c_uint32),
+        ("hwInfoBlob", C.c_void_p),
+        ("ctxBlobSize", C.c_uint64),
+        ("numCtxTensors", C.c_uint32),
+        ("ctxTensors", C.c_void_p),
+        ("numGraphs", C.c_uint32),
+        ("graphs", C.POINTER(_GraphInfo)),
+        ("platformInfo", C.c_void_p),
+    ]
 
 
 class _BinInfoV3(C.Structure):
-    _fields_ = [("backendId", C.c_uint32), ("buildId", C.c_char_p), ("coreApi", Version),
-                ("backendApi", Version), ("socVersion", C.c_char_p), ("ctxBlobVersion", Version),
-                ("ctxBlobSize", C.c_uint64), ("numCtxTensors", C.c_uint32), ("ctxTensors", C.c_void_p),
-                ("numGraphs", C.c_uint32), ("graphs", C.POINTER(_GraphInfo)), ("platformInfo", C.c_void_p),
-                ("metadataSize", C.c_uint32), ("metadata", C.c_void_p), ("socModel", C.c_uint32)]
+    _fields_ = [
+        ("backendId", C.c_uint32),
+        ("buildId", C.c_char_p),
+        ("coreApi", Version),
+        ("backendApi", Version),
+        ("socVersion", C.c_char_p),
+        ("ctxBlobVersion", Version),
+        ("ctxBlobSize", C.c_uint64),
+        ("numCtxTensors", C.c_uint32),
+        ("ctxTensors", C.c_void_p),
+        ("numGraphs", C.c_uint32),
+        ("graphs", C.POINTER(_GraphInfo)),
+        ("platformInfo", C.c_void_p),
+        ("metadataSize", C.c_uint32),
+        ("metadata", C.c_void_p),
+        ("socModel", C.c_uint32),
+    ]
 
 
 class _BinInfoU(C.Union):
@@ -96,37 +123,75 @@ class _BinInfoU(C.Union):
 
 
 class BinaryInfo(C.Structure):
-    """QnnSystemContext_BinaryInfo_t: a version, then the V1 or V3 layout (V2 only appends to V1)."""
+    """QnnSystemContext_BinaryInfo_t: a version, then the V1 or V3 layout (V2 only
+    appends to V1)."""
     _fields_ = [("version", C.c_uint32), ("u", _BinInfoU)]
 
 
 class SystemInterface(C.Structure):
-    """QnnSystemInterface_t, its table's first four: systemContextCreate, GetBinaryInfo, GetMetaData, Free."""
+    """QnnSystemInterface_t, its table's first four: systemContextCreate,
+    GetBinaryInfo, GetMetaData, Free."""
     _fields_ = [("backendId", C.c_uint32), ("providerName", C.c_char_p), ("apiVersion", Version),
                 ("fns", C.c_void_p * 4)]
 
 
 INTERFACE_FUNCTIONS = (
     "propertyHasCapability",
-    "backendCreate", "backendSetConfig", "backendGetApiVersion", "backendGetBuildId",
-    "backendRegisterOpPackage", "backendGetSupportedOperations", "backendValidateOpConfig", "backendFree",
-    "contextCreate", "contextSetConfig", "contextGetBinarySize", "contextGetBinary",
-    "contextCreateFromBinary", "contextFree",
-    "graphCreate", "graphCreateSubgraph", "graphSetConfig", "graphAddNode", "graphFinalize",
-    "graphRetrieve", "graphExecute", "graphExecuteAsync",
-    "tensorCreateContextTensor", "tensorCreateGraphTensor",
-    "logCreate", "logSetLogLevel", "logFree",
-    "profileCreate", "profileSetConfig", "profileGetEvents", "profileGetSubEvents", "profileGetEventData",
-    "profileGetExtendedEventData", "profileFree",
-    "memRegister", "memDeRegister",
-    "deviceGetPlatformInfo", "deviceFreePlatformInfo", "deviceGetInfrastructure", "deviceCreate",
-    "deviceSetConfig", "deviceGetInfo", "deviceFree",
-    "signalCreate", "signalSetConfig", "signalTrigger", "signalFree")
-"""QNN_INTERFACE_VER_TYPE's functions (QnnInterface.h), in order; newer SDKs only append entries after signalFree."""
+    "backendCreate",
+    "backendSetConfig",
+    "backendGetApiVersion",
+    "backendGetBuildId",
+    "backendRegisterOpPackage",
+    "backendGetSupportedOperations",
+    "backendValidateOpConfig",
+    "backendFree",
+    "contextCreate",
+    "contextSetConfig",
+    "contextGetBinarySize",
+    "contextGetBinary",
+    "contextCreateFromBinary",
+    "contextFree",
+    "graphCreate",
+    "graphCreateSubgraph",
+    "graphSetConfig",
+    "graphAddNode",
+    "graphFinalize",
+    "graphRetrieve",
+    "graphExecute",
+    "graphExecuteAsync",
+    "tensorCreateContextTensor",
+    "tensorCreateGraphTensor",
+    "logCreate",
+    "logSetLogLevel",
+    "logFree",
+    "profileCreate",
+    "profileSetConfig",
+    "profileGetEvents",
+    "profileGetSubEvents",
+    "profileGetEventData",
+    "profileGetExtendedEventData",
+    "profileFree",
+    "memRegister",
+    "memDeRegister",
+    "deviceGetPlatformInfo",
+    "deviceFreePlatformInfo",
+    "deviceGetInfrastructure",
+    "deviceCreate",
+    "deviceSetConfig",
+    "deviceGetInfo",
+    "deviceFree",
+    "signalCreate",
+    "signalSetConfig",
+    "signalTrigger",
+    "signalFree",
+)
+"""QNN_INTERFACE_VER_TYPE's functions (QnnInterface.h), in order; newer SDKs only append entries
+after signalFree."""
 
 
 class Interface(C.Structure):
-    """QnnInterface_t: backendId, providerName, Qnn_ApiVersion_t, then the function table (a union of one)."""
+    """QnnInterface_t: backendId, providerName, Qnn_ApiVersion_t, then the function table (a
+    union of one)."""
     _fields_ = [("backendId", C.c_uint32), ("providerName", C.c_char_p), ("coreApi", Version),
                 ("backendApi", Version)] + [(name, C.c_void_p) for name in INTERFACE_FUNCTIONS]
 
@@ -135,11 +200,20 @@ ErrorHandle = C.c_uint64
 """Qnn_ErrorHandle_t: what every QNN function returns; the error code is its low 16 bits."""
 SystemContextCreateFn = C.CFUNCTYPE(ErrorHandle, C.POINTER(C.c_void_p))
 """QnnSystemContext_create(context*)."""
-GetBinaryInfoFn = C.CFUNCTYPE(ErrorHandle, C.c_void_p, C.c_void_p, C.c_uint64, C.POINTER(C.POINTER(BinaryInfo)),
-                              C.POINTER(C.c_uint64))
+GetBinaryInfoFn = C.CFUNCTYPE(
+    ErrorHandle,
+    C.c_void_p,
+    C.c_void_p,
+    C.c_uint64,
+    C.POINTER(C.POINTER(BinaryInfo)),
+    C.POINTER(C.c_uint64),
+)
 """QnnSystemContext_getBinaryInfo(context, buffer, size, const BinaryInfo**, info size*)."""
-GetMetadataFn = C.CFUNCTYPE(ErrorHandle, C.c_void_p, C.c_void_p, C.c_uint64, C.POINTER(C.POINTER(BinaryInfo)))
-"""QnnSystemContext_getMetadata(context, buffer, size, const BinaryInfo**): builds without getBinaryInfo."""
+GetMetadataFn = C.CFUNCTYPE(
+    ErrorHandle, C.c_void_p, C.c_void_p, C.c_uint64, C.POINTER(C.POINTER(BinaryInfo))
+)
+"""QnnSystemContext_getMetadata(context, buffer, size, const BinaryInfo**): builds without
+getBinaryInfo."""
 SystemContextFreeFn = C.CFUNCTYPE(ErrorHandle, C.c_void_p)
 """QnnSystemContext_free(context)."""
 _BuildIdFn = C.CFUNCTYPE(ErrorHandle, C.POINTER(C.c_char_p))
@@ -162,11 +236,13 @@ def _qnn_dir() -> str:
 
 
 def dlopen_quiet(path: str) -> C.CDLL:
-    """dlopen a QNN library with fd 1 sent to /dev/null (libQnnHtp prints a '# LIBNATIVE' line to stdout).
+    """dlopen a QNN library with fd 1 sent to /dev/null (libQnnHtp prints a '# LIBNATIVE'
+    line to stdout).
 
-    The pitfall (docs/qairt-families.md): libQnnHtp.so loaded through ctypes before this process has loaded onnxruntime
-    (or numpy) makes the process's first QNN EP session segfault (exit 139 in _create_inference_session; measured
-    with the pinned wheel, tests/test_compiler_families.py). Loading onnxruntime first makes every later order safe."""
+    The pitfall (docs/qairt-families.md): libQnnHtp.so loaded through ctypes before this process has
+    loaded onnxruntime (or numpy) makes the process's first QNN EP session segfault (exit 139 in
+    _create_inference_session; measured with the pinned wheel, tests/test_compiler_families.py).
+    Loading onnxruntime first makes every later order safe."""
     if os.path.basename(path).startswith("libQnnHtp"):
         import onnxruntime  # noqa: F401  (its native libraries first: see above)
     sys.stdout.flush()
@@ -186,13 +262,16 @@ def dlopen_quiet(path: str) -> C.CDLL:
 
 @functools.lru_cache(maxsize=None)
 def system_interface(lib_dir: str | None = None) -> tuple[C.CDLL, SystemInterface]:
-    """Load libQnnSystem.so (bundled, or from `lib_dir`) once and return (lib, first system interface provider)."""
+    """Load libQnnSystem.so (bundled, or from `lib_dir`) once and return (lib, first
+    system interface provider)."""
     lib = dlopen_quiet(os.path.join(lib_dir or _qnn_dir(), "libQnnSystem.so"))
     provs, n = C.POINTER(C.POINTER(SystemInterface))(), C.c_uint32()
     lib.QnnSystemInterface_getProviders.restype = ErrorHandle
     rc = lib.QnnSystemInterface_getProviders(C.byref(provs), C.byref(n))
     if rc & 0xFFFF or n.value == 0:
-        raise RuntimeError(f"QnnSystemInterface_getProviders failed (error {rc & 0xFFFF}, {n.value} providers)")
+        raise RuntimeError(
+            f"QnnSystemInterface_getProviders failed (error {rc & 0xFFFF}, {n.value} providers)"
+        )
     return lib, provs[0].contents
 
 
@@ -220,7 +299,8 @@ def _graph(g: _GraphInfo) -> dict:
 
 
 def binary_info(bin_path: str, lib_dir: str | None = None) -> dict:
-    """Versions, SoC model, blob size and graph I/O of a context binary, read through libQnnSystem."""
+    """Versions, SoC model, blob size and graph I/O of a context binary, read
+    through libQnnSystem."""
     with open(bin_path, "rb") as f:
         data = f.read()
     _, iface = system_interface(lib_dir)
@@ -233,11 +313,20 @@ def binary_info(bin_path: str, lib_dir: str | None = None) -> dict:
         buf = C.create_string_buffer(data, len(data)) if data else C.create_string_buffer(1)
         info = C.POINTER(BinaryInfo)()
         if iface.fns[2]:
-            rc = GetMetadataFn(iface.fns[2])(handle, C.cast(buf, C.c_void_p), len(data), C.byref(info)) & 0xFFFF
+            rc = (
+                GetMetadataFn(iface.fns[2])(
+                    handle, C.cast(buf, C.c_void_p), len(data), C.byref(info)
+                )
+                & 0xFFFF
+            )
         else:
             size = C.c_uint64()
-            rc = GetBinaryInfoFn(iface.fns[1])(handle, C.cast(buf, C.c_void_p), len(data), C.byref(info),
-                                             C.byref(size)) & 0xFFFF
+            rc = (
+                GetBinaryInfoFn(iface.fns[1])(
+                    handle, C.cast(buf, C.c_void_p), len(data), C.byref(info), C.byref(size)
+                )
+                & 0xFFFF
+            )
         if rc or not info:
             raise ValueError(f"{bin_path}: not a QNN context binary (QnnSystem error {rc})")
         ver = info.contents.version
@@ -259,7 +348,8 @@ def htp_lib(lib_dir: str | None = None) -> C.CDLL:
 
 
 def htp_build_id(lib_dir: str | None = None) -> dict:
-    """Provider name, backend id, API versions and build id of libQnnHtp.so (bundled, or in `lib_dir`)."""
+    """Provider name, backend id, API versions and build id of libQnnHtp.so (bundled,
+    or in `lib_dir`)."""
     lib = htp_lib(lib_dir)
     provs, n = C.POINTER(C.POINTER(Interface))(), C.c_uint32()
     lib.QnnInterface_getProviders.restype = ErrorHandle
@@ -273,9 +363,9 @@ def htp_build_id(lib_dir: str | None = None) -> dict:
             "htpApi": _ver(p.backendApi), "buildId": _str(bid.value) if rc == 0 else None}
 
 
-# ---- clear-text HTP config string ----
-# Many keys in the string are stored compressed (a two-char [0-9A-Z] code + suffix, e.g. "0K_final"); those are
-# skipped. Keys written out in full (soc_type, arch, vtcm_size, OpO, relaxed_precision_flag, ...) are returned.
+# ---- clear-text HTP config string ---- Many keys in the string are stored compressed (a two-char
+# [0-9A-Z] code + suffix, e.g. "0K_final"); those are skipped. Keys written out in full (soc_type,
+# arch, vtcm_size, OpO, relaxed_precision_flag, ...) are returned.
 _KV = re.compile(rb"(?<=[;\x00-\x1f\x7f-\xff])([A-Za-z_][A-Za-z0-9_]*)=([\x20-\x3a\x3c-\x7e]*);")
 _INT = re.compile(r"-?\d+")
 _FLOAT = re.compile(r"-?\d+\.\d+(?:[eE][-+]?\d+)?")
@@ -295,13 +385,14 @@ def _value(s: str) -> int | float | bool | str:
     return s
 
 
-HEAD = 1 << 20   # the config string sits in the binary's header: at 21-37 KB in every binary built here
+# the config string sits in the binary's header: at 21-37 KB in every binary built here
+HEAD = 1 << 20
 
 
 def config_fields(bin_path: str) -> dict:
-    """Fields of the clear-text HTP config string in a context binary (soc_type, arch, vtcm_size, OpO, ...).
-    Read from the header; only a binary without the string there is searched whole (a 98 MB decoder took
-    3.7 s of regex when every binary was)."""
+    """Fields of the clear-text HTP config string in a context binary (soc_type, arch, vtcm_size,
+    OpO, ...). Read from the header; only a binary without the string there is searched whole (a 98
+    MB decoder took 3.7 s of regex when every binary was)."""
     with open(bin_path, "rb") as f:
         out = _fields(f.read(HEAD))
         if "soc_type" not in out and "arch" not in out:
@@ -326,14 +417,20 @@ MIB = 1 << 20
 
 
 def chip_problems(config: dict, info: dict, chip: dict, given_only: bool = False) -> list[str]:
-    """What a compiled binary says of its chip (config string: arch, vtcm_size; header: socModel) that differs from
-    the chip record; `given_only`: skip the fields the binary does not carry (qnn-context-binary-generator's
-    header may lack socModel, its config the arch)."""
+    """What a compiled binary says of its chip (config string: arch, vtcm_size; header: socModel)
+    that differs from the chip record; `given_only`: skip the fields the binary does not carry
+    (qnn-context-binary-generator's header may lack socModel, its config the arch)."""
     found = []
-    if not (given_only and info.get("socModel") is None) and info.get("socModel") != chip["soc_model"]:
+    if (
+        not (given_only and info.get("socModel") is None)
+        and info.get("socModel") != chip["soc_model"]
+    ):
         found.append(f"socModel {info.get('socModel')} != {chip['soc_model']} ({chip['name']})")
     if not (given_only and "arch" not in config) and config.get("arch") != chip["htp_arch"]:
         found.append(f"arch {config.get('arch')} != {chip['htp_arch']}")
-    if not (given_only and "vtcm_size" not in config) and config.get("vtcm_size") != chip["vtcm_mb"] * MIB:
+    if (
+        not (given_only and "vtcm_size" not in config)
+        and config.get("vtcm_size") != chip["vtcm_mb"] * MIB
+    ):
         found.append(f"vtcm_size {config.get('vtcm_size')} != {chip['vtcm_mb']} MiB")
     return found

@@ -1,14 +1,15 @@
 """Run a QNN HTP context binary (.bin) through the raw QNN C API, via ctypes.
 
-A port of how sherpa-onnx's C++ runtime drives a context binary (sherpa-onnx/csrc/qnn/qnn-backend.cc,
-qnn-model.cc, utils.cc): dlopen the backend -> QnnInterface_getProviders -> backendCreate -> deviceCreate ->
-binary info via libQnnSystem -> contextCreateFromBinary -> graphRetrieve (first graph) -> RAW client
-buffers, all carved out of one heap buffer -> graphExecute. On the x86 host the wheel's libQnnHtp.so runs
-the graph in its HTP simulator; on a phone the same calls run on the NPU.
+A port of how sherpa-onnx's C++ runtime drives a context binary
+(sherpa-onnx/csrc/qnn/qnn-backend.cc, qnn-model.cc, utils.cc): dlopen the backend ->
+QnnInterface_getProviders -> backendCreate -> deviceCreate -> binary info via libQnnSystem ->
+contextCreateFromBinary -> graphRetrieve (first graph) -> RAW client buffers, all carved out of one
+heap buffer -> graphExecute. On the x86 host the wheel's libQnnHtp.so runs the graph in its HTP
+simulator; on a phone the same calls run on the NPU.
 
 Struct layouts and the function table follow the QNN SDK headers (QnnInterface.h, QnnTypes.h,
-QnnCommon.h; LP64). The binary-info structs and library loading are shared with toolchain.qnn.qnnbin.
-"""
+QnnCommon.h; LP64). The binary-info structs and library loading are shared with
+toolchain.qnn.qnnbin. """
 from __future__ import annotations
 
 import ctypes as C
@@ -34,13 +35,14 @@ from toolchain.qnn.qnnbin import (
     system_interface,
 )
 
-# numpy is imported where used: doit's own process loads this module on every run (tests/test_engine_worker.py)
+# numpy is imported where used: doit's own process loads this module on every run
+# (tests/test_engine_worker.py)
 if TYPE_CHECKING:
     import numpy as np
 
 _P = C.c_void_p
-# Signatures from QnnInterface.h; handles are void*, Qnn_ContextBinarySize_t is passed as uint64 (it is
-# uint64_t in current SDKs; in a register either way). Only the functions used here.
+# Signatures from QnnInterface.h; handles are void*, Qnn_ContextBinarySize_t is passed as uint64 (it
+# is uint64_t in current SDKs; in a register either way). Only the functions used here.
 _SIGS = {
     "backendCreate": (_P, _P, C.POINTER(_P)),                 # (logger, const config**, backend*)
     "backendFree": (_P,),
@@ -71,7 +73,8 @@ def _check(rc: int, what: str) -> None:
 
 
 class _Io:
-    """One graph input or output: our own copy of its Qnn_Tensor_t plus a numpy view into the I/O buffer."""
+    """One graph input or output: our own copy of its Qnn_Tensor_t plus a numpy view into
+    the I/O buffer."""
 
     def __init__(self, src: Tensor):
         import numpy as np
@@ -83,12 +86,15 @@ class _Io:
         self.shape = [int(v.dims[i]) for i in range(v.rank)] if v.dims else []
         if self.dtype not in _NP:
             raise ValueError(f"tensor '{self.name}': unsupported data type {self.dtype}")
-        # The source tensor lives in the system context, freed once the binary is open: own every pointer.
+        # The source tensor lives in the system context, freed once the binary is open:
+        # own every pointer.
         self._name = C.create_string_buffer(self.name.encode())
         self._dims = (C.c_uint32 * max(len(self.shape), 1))(*self.shape)
         v.name = C.cast(self._name, C.c_char_p)
-        v.dims = C.cast(self._dims, C.POINTER(C.c_uint32)) if self.shape else None   # NULL when rank is 0
-        # static shapes only; for a V1 tensor this field is not part of it (the union is sized by V2)
+        # NULL when rank is 0
+        v.dims = C.cast(self._dims, C.POINTER(C.c_uint32)) if self.shape else None
+        # static shapes only; for a V1 tensor this field is not part of it (the union is
+        # sized by V2)
         v.isDynamicDimensions = None
         self.scale: float | None = None   # set for a quantized tensor: real = (q + offset) * scale
         self.offset = 0
@@ -100,17 +106,21 @@ class _Io:
                 self.scale, self.offset = float(q.u.bw.scale), int(q.u.bw.offset)
             elif self.dtype.startswith(("ufixed", "sfixed")):
                 # per-axis/block encodings hold pointers into the freed system context
-                raise ValueError(f"tensor '{self.name}': quantization encoding {q.encoding} not supported")
+                raise ValueError(
+                    f"tensor '{self.name}': quantization encoding {q.encoding} not supported"
+                )
         self.count = int(np.prod(self.shape)) if self.shape else 1
         self.nbytes = self.count * np.dtype(_NP[self.dtype]).itemsize
         self.view: np.ndarray | None = None
 
     def bind(self, buf: np.ndarray, offset: int) -> None:
-        """Point clientBuf at buf[offset:offset+nbytes] (memType RAW), as sherpa's SetupPointers does."""
+        """Point clientBuf at buf[offset:offset+nbytes] (memType RAW), as
+        sherpa's SetupPointers does."""
         v = self.tensor.v2
         v.memType = _QNN_TENSORMEMTYPE_RAW
         v.buf[0] = buf.ctypes.data + offset     # Qnn_ClientBuffer_t.data
-        v.buf[1] = self.nbytes                  # Qnn_ClientBuffer_t.dataSize (uint32; upper half is padding)
+        # Qnn_ClientBuffer_t.dataSize (uint32; upper half is padding)
+        v.buf[1] = self.nbytes
         self.view = buf[offset:offset + self.nbytes].view(_NP[self.dtype]).reshape(self.shape)
 
     def array(self) -> np.ndarray:
@@ -129,7 +139,8 @@ class QnnModel:
         self._device: C.c_void_p | None = None
         self._context: C.c_void_p | None = None
         self._graph: C.c_void_p | None = None
-        self._blob: C.Array[C.c_char] | None = None   # the binary's bytes, until the context holds its own copy
+        # the binary's bytes, until the context holds its own copy
+        self._blob: C.Array[C.c_char] | None = None
         self._fn: dict = {}
         # backend: the wheel's libQnnHtp.so (cached by qnnbin) or an app's own copy
         self._lib = htp_lib() if backend_lib is None else dlopen_quiet(os.path.abspath(backend_lib))
@@ -143,7 +154,10 @@ class QnnModel:
     def _interface(self) -> Interface:
         provs, n = C.POINTER(C.POINTER(Interface))(), C.c_uint32()
         self._lib.QnnInterface_getProviders.restype = ErrorHandle
-        _check(self._lib.QnnInterface_getProviders(C.byref(provs), C.byref(n)), "QnnInterface_getProviders")
+        _check(
+            self._lib.QnnInterface_getProviders(C.byref(provs), C.byref(n)),
+            "QnnInterface_getProviders",
+        )
         if n.value == 0:
             raise RuntimeError("QnnInterface_getProviders: no interface providers")
         iface = provs[0].contents               # sherpa takes the first provider
@@ -195,29 +209,43 @@ class QnnModel:
 
     def _graph_info(self, binary: str, data: C.Array[C.c_char], size: int,
                     system_lib: str | None) -> tuple[bytes, list, list]:
-        """First graph's name and I/O tensors, read from the binary through libQnnSystem (then freed)."""
-        sys_iface = system_interface()[1] if system_lib is None else self._system_interface(system_lib)
-        create, free = SystemContextCreateFn(sys_iface.fns[0]), SystemContextFreeFn(sys_iface.fns[3])
+        """First graph's name and I/O tensors, read from the binary through
+        libQnnSystem (then freed)."""
+        sys_iface = (
+            system_interface()[1] if system_lib is None else self._system_interface(system_lib)
+        )
+        create, free = (
+            SystemContextCreateFn(sys_iface.fns[0]),
+            SystemContextFreeFn(sys_iface.fns[3]),
+        )
         handle = _P()
         _check(create(C.byref(handle)), "QnnSystemContext_create")
         try:
             info = C.POINTER(BinaryInfo)()
             blob = C.cast(data, _P)
-            if sys_iface.fns[1]:        # systemContextGetBinaryInfo, as sherpa
-                rc = GetBinaryInfoFn(sys_iface.fns[1])(handle, blob, size, C.byref(info), C.byref(C.c_uint64()))
+            if sys_iface.fns[1]:  # systemContextGetBinaryInfo, as sherpa
+                rc = GetBinaryInfoFn(sys_iface.fns[1])(
+                    handle, blob, size, C.byref(info), C.byref(C.c_uint64())
+                )
             else:                       # builds without it have systemContextGetMetadata
                 rc = GetMetadataFn(sys_iface.fns[2])(handle, blob, size, C.byref(info))
             if rc & 0xFFFF or not info:
-                raise ValueError(f"{binary}: not a QNN context binary (QnnSystem error {rc & 0xFFFF})")
+                raise ValueError(
+                    f"{binary}: not a QNN context binary (QnnSystem error {rc & 0xFFFF})"
+                )
             b = info.contents
             if b.version not in (1, 2, 3):
-                raise ValueError(f"{binary}: unsupported QnnSystemContext_BinaryInfo version {b.version}")
+                raise ValueError(
+                    f"{binary}: unsupported QnnSystemContext_BinaryInfo version {b.version}"
+                )
             b = b.u.v3 if b.version == 3 else b.u.v1
             if b.numGraphs < 1:
                 raise ValueError(f"{binary}: the binary holds no graph")
             g = b.graphs[0]             # sherpa uses only the first graph
             if g.version not in (1, 2, 3):
-                raise ValueError(f"{binary}: unknown QnnSystemContext_GraphInfo version {g.version}")
+                raise ValueError(
+                    f"{binary}: unknown QnnSystemContext_GraphInfo version {g.version}"
+                )
             v = g.v3
             return (bytes(v.name), [_Io(v.inputs[i]) for i in range(v.numInputs)],
                     [_Io(v.outputs[i]) for i in range(v.numOutputs)])
@@ -238,7 +266,9 @@ class QnnModel:
     # ---- tensors ----
     def _tensor(self, name: str) -> _Io:
         if name not in self._by_name:
-            raise KeyError(f"no tensor '{name}' (inputs {self.input_names}, outputs {self.output_names})")
+            raise KeyError(
+                f"no tensor '{name}' (inputs {self.input_names}, outputs {self.output_names})"
+            )
         return self._by_name[name]
 
     def has_tensor(self, name: str) -> bool:
@@ -251,8 +281,9 @@ class QnnModel:
         return self._tensor(name).dtype
 
     def set_input(self, name: str, data) -> None:
-        """Copy `data` into the input's slice of the I/O buffer, converted to the tensor's type.
-        Quantized inputs take real values: q = round(x / scale - offset), clipped (sherpa's FillData)."""
+        """Copy `data` into the input's slice of the I/O buffer, converted to the
+        tensor's type. Quantized inputs take real values: q = round(x / scale - offset),
+        clipped (sherpa's FillData)."""
         import numpy as np
         t = self._tensor(name)
         view = t.array()
@@ -260,7 +291,10 @@ class QnnModel:
             raise ValueError(f"tensor '{name}' is an output, not an input")
         a = np.asarray(data)
         if a.size != t.count:
-            raise ValueError(f"tensor '{name}' expects {t.count} elements {t.shape}, got {a.size} {list(a.shape)}")
+            raise ValueError(
+                f"tensor '{name}' expects {t.count} elements {t.shape}, got {a.size} "
+                f"{list(a.shape)}"
+            )
         a = a.reshape(t.shape)
         if t.scale is not None and t.dtype.startswith(("ufixed", "sfixed")):
             info = np.iinfo(view.dtype)
@@ -270,11 +304,16 @@ class QnnModel:
             view[...] = a.astype(view.dtype)
 
     def run(self) -> None:
-        """graphExecute on the bound buffers (inputs read from, outputs written to the I/O buffer)."""
+        """graphExecute on the bound buffers (inputs read from, outputs written to
+        the I/O buffer)."""
         if not self._graph:
             raise RuntimeError("the model is closed")
-        _check(self._fn["graphExecute"](self._graph, self._in, len(self._in), self._out, len(self._out),
-                                        None, None), "graphExecute")
+        _check(
+            self._fn["graphExecute"](
+                self._graph, self._in, len(self._in), self._out, len(self._out), None, None
+            ),
+            "graphExecute",
+        )
 
     def output(self, name: str) -> np.ndarray:
         """A copy of a tensor, shaped as reported: float32 for float and quantized tensors
@@ -290,7 +329,8 @@ class QnnModel:
 
     # ---- lifetime ----
     def close(self) -> None:
-        """Free in reverse order of creation (sherpa: contextFree, deviceFree, backendFree). Idempotent."""
+        """Free in reverse order of creation (sherpa: contextFree, deviceFree,
+        backendFree). Idempotent."""
         fn = self._fn
         if self._context:
             fn["contextFree"](self._context, None)

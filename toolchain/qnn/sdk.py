@@ -1,5 +1,6 @@
-"""The QAIRT SDK's layout ($QNN_SDK_ROOT): where its tools and host libraries are, whether a tree is complete,
-and its build id. The QAIRT compiler (compilers/qairt) and the phone (phone/device.py) both read it."""
+"""The QAIRT SDK's layout ($QNN_SDK_ROOT): where its tools and host libraries are, whether a tree is
+complete, and its build id. The QAIRT compiler (compilers/qairt) and the phone (phone/device.py)
+both read it."""
 from __future__ import annotations
 
 import json
@@ -13,8 +14,14 @@ from pathlib import Path
 from toolchain.qnn.layout import HOST
 
 ENV_ROOT = "QNN_SDK_ROOT"
-TOOLS = ("qnn-onnx-converter", "qnn-model-lib-generator", "qnn-context-binary-generator", "qnn-net-run")
-UTILITY = "qnn-context-binary-utility"   # optional: read-back falls back to libQnnSystem through qnnbin
+TOOLS = (
+    "qnn-onnx-converter",
+    "qnn-model-lib-generator",
+    "qnn-context-binary-generator",
+    "qnn-net-run",
+)
+# optional: read-back falls back to libQnnSystem through qnnbin
+UTILITY = "qnn-context-binary-utility"
 HOST_LIBS = ("libQnnHtp.so", "libQnnSystem.so", "libQnnHtpNetRunExtensions.so")
 ACTIVATE = ("unzip the QAIRT SDK and source qairt/<version>/bin/envsetup.sh "
             "(or export QNN_SDK_ROOT=/path/to/qairt/2.40.0.251030)")
@@ -22,7 +29,8 @@ ACTIVATE = ("unzip the QAIRT SDK and source qairt/<version>/bin/envsetup.sh "
 
 @dataclass(frozen=True)
 class Sdk:
-    """A QAIRT SDK found at $QNN_SDK_ROOT: its build id, the converter's Python and the NDK, resolved once."""
+    """A QAIRT SDK found at $QNN_SDK_ROOT: its build id, the converter's Python and the
+    NDK, resolved once."""
 
     root: str
     build_id: str
@@ -42,7 +50,11 @@ class Sdk:
 
     def record(self) -> dict:
         """What identifies this SDK in every QAIRT stage's settings."""
-        return {"root": self.root, "build_id": self.build_id, "build_id_source": self.build_id_source}
+        return {
+            "root": self.root,
+            "build_id": self.build_id,
+            "build_id_source": self.build_id_source,
+        }
 
 
 def layout_problems(root: str | None) -> list[str]:
@@ -51,20 +63,28 @@ def layout_problems(root: str | None) -> list[str]:
         return [f"{ENV_ROOT} is not set: {ACTIVATE}"]
     if not os.path.isdir(root):
         return [f"{ENV_ROOT}={root} is not a folder: {ACTIVATE}"]
-    found = [f"{root}/bin/{HOST}/{t} is missing or not executable: {ENV_ROOT} must be the unzipped "
-             f"qairt/<version> folder" for t in TOOLS if not os.access(f"{root}/bin/{HOST}/{t}", os.X_OK)]
+    found = [
+        f"{root}/bin/{HOST}/{t} is missing or not executable: {ENV_ROOT} must be the unzipped "
+        f"qairt/<version> folder"
+        for t in TOOLS
+        if not os.access(f"{root}/bin/{HOST}/{t}", os.X_OK)
+    ]
     found += [f"{root}/lib/{HOST}/{lib} is missing: incomplete SDK, unzip it again"
               for lib in HOST_LIBS if not os.path.isfile(f"{root}/lib/{HOST}/{lib}")]
     if not os.path.isdir(f"{root}/lib/python"):
-        found.append(f"{root}/lib/python is missing (the converter's Python modules): unzip the SDK again")
+        found.append(
+            f"{root}/lib/python is missing (the converter's Python modules): unzip the SDK again"
+        )
     return found
 
 
 def read_build_id(root: str) -> tuple[str | None, str]:
-    """(build id, source): libQnnHtp.so's backendGetBuildId through the QNN API, in a child process
-    (a broken library cannot take doit down); only if that fails, sdk.yaml's version, labelled so."""
+    """(build id, source): libQnnHtp.so's backendGetBuildId through the QNN API, in a child
+    process (a broken library cannot take doit down); only if that fails, sdk.yaml's
+    version, labelled so."""
     lib_dir = f"{root}/lib/{HOST}"
-    code = "import json, sys; from toolchain.qnn import qnnbin; print(json.dumps(qnnbin.htp_build_id(sys.argv[1])))"
+    code = ("import json, sys; from toolchain.qnn import qnnbin; "
+            "print(json.dumps(qnnbin.htp_build_id(sys.argv[1])))")
     done = subprocess.run([sys.executable, "-c", code, lib_dir], capture_output=True, text=True)
     if done.returncode == 0 and done.stdout.strip():
         build_id = json.loads(done.stdout.strip().splitlines()[-1]).get("buildId")
@@ -74,5 +94,7 @@ def read_build_id(root: str) -> tuple[str | None, str]:
     yaml = Path(root, "sdk.yaml")
     version = re.search(r"^\s*version:\s*(\S+)", yaml.read_text(), re.M) if yaml.is_file() else None
     if version:
-        return version.group(1), f"FALLBACK {yaml} version (libQnnHtp.so did not give a build id: {why})"
+        return version.group(
+            1
+        ), f"FALLBACK {yaml} version (libQnnHtp.so did not give a build id: {why})"
     return None, why

@@ -1,5 +1,6 @@
-"""What the HTP cannot hold, checked on a node the EP refused without a reason ("Failed to add node."): the
-measurable limits of its tensors, so a failing convert names the cause instead of passing the EP's silence on."""
+"""What the HTP cannot hold, checked on a node the EP refused without a reason ("Failed to add
+node."): the measurable limits of its tensors, so a failing convert names the cause instead of
+passing the EP's silence on."""
 from __future__ import annotations
 
 from toolchain.rewrites import rank
@@ -9,8 +10,8 @@ NO_64_BIT = {11: "float64"}   # the HTP has no 64-bit float (onnx TensorProto.DO
 
 
 def broken(view: GraphView, node) -> str:
-    """The first limit of the HTP a node's tensors break, in words ("" when none is found): a rank above 5 (and
-    whether the rank rule folds its chain), a 64-bit float."""
+    """The first limit of the HTP a node's tensors break, in words ("" when none is found): a rank
+    above 5 (and whether the rank rule folds its chain), a 64-bit float."""
     for kind, names in (("input", node.input), ("output", node.output)):
         for name in names:
             shape = view.shape(name) if name else None

@@ -1,37 +1,66 @@
-"""The HTP's tensors have rank 5 at most: a chain of nodes that carries a tensor of rank > 5 between legal ones is
-computed at rank <= 5 instead, by dropping the size-1 axes and folding the axes that move together into one.
+"""The HTP's tensors have rank 5 at most: a chain of nodes that carries a tensor of rank > 5 between
+legal ones is computed at rank <= 5 instead, by dropping the size-1 axes and folding the axes that
+move together into one.
 
-A chain is every node that makes or reads such a tensor (connected through those tensors). Row-major order is what
-makes the fold exact: a tensor with its size-1 axes dropped and neighbouring axes merged holds its elements in the
-same order, so a Reshape (or Squeeze, Unsqueeze, Flatten) can read the folded tensor directly, and a Gather that makes
-a rank > 5 tensor from 2-D indices gathers the flat indices instead. Between the ends, each node puts a limit on
-which axes may fold: a Transpose only folds the axes it keeps together and in order; a Slice or Concat keeps its axis
-alone; an elementwise node folds its inputs and output alike. The folds are solved over the whole chain, and the
-chain is rewritten only when every tensor in it fits in rank 5 and every node in it is one of those kinds."""
+A chain is every node that makes or reads such a tensor (connected through those tensors).
+Row-major order is what makes the fold exact: a tensor with its size-1 axes dropped and
+neighbouring axes merged holds its elements in the same order, so a Reshape (or Squeeze, Unsqueeze,
+Flatten) can read the folded tensor directly, and a Gather that makes a rank > 5 tensor from 2-D
+indices gathers the flat indices instead. Between the ends, each node puts a limit on which axes
+may fold: a Transpose only folds the axes it keeps together and in order; a Slice or Concat keeps
+its axis alone; an elementwise node folds its inputs and output alike. The folds are solved over
+the whole chain, and the chain is rewritten only when every tensor in it fits in rank 5 and every
+node in it is one of those kinds."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from toolchain.rewrites.view import GraphView, attribute
 
-MAX_RANK = 5   # the HTP's tensors: a rank-6 tensor fails every op that makes or reads it ("Failed to add node.")
+# the HTP's tensors: a rank-6 tensor fails every op that makes or reads it ("Failed to add node.")
+MAX_RANK = 5
 
-ORDER = ("Reshape", "Squeeze", "Unsqueeze", "Flatten")   # read and write the elements in row-major order
-ELEMENTWISE = ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Relu", "Sigmoid", "Tanh", "Abs", "Neg", "Exp",
-               "Log", "Sqrt", "Erf", "Cast", "Identity", "Clip", "LeakyRelu", "Softplus", "HardSigmoid")
+# read and write the elements in row-major order
+ORDER = ("Reshape", "Squeeze", "Unsqueeze", "Flatten")
+ELEMENTWISE = (
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Max",
+    "Min",
+    "Relu",
+    "Sigmoid",
+    "Tanh",
+    "Abs",
+    "Neg",
+    "Exp",
+    "Log",
+    "Sqrt",
+    "Erf",
+    "Cast",
+    "Identity",
+    "Clip",
+    "LeakyRelu",
+    "Softplus",
+    "HardSigmoid",
+)
 SAME_LAYOUT = ("Slice", "Concat")   # an axis of their own; the other axes as their inputs
 OP_TYPES = ("Gather", "Transpose", *ORDER, *ELEMENTWISE, *SAME_LAYOUT)
 
 
 @dataclass
 class Layout:
-    """How one rank > 5 tensor folds: the axes kept (size > 1, or kept by a node), and for each pair of
-    neighbouring kept axes whether they merge."""
+    """How one rank > 5 tensor folds: the axes kept (size > 1, or kept by a node), and for each pair
+    of neighbouring kept axes whether they merge."""
 
     shape: tuple[int, ...]
     kept: set[int] = field(default_factory=set)
-    apart: set[int] = field(default_factory=set)   # kept axes that start a new group (a cut before them)
-    alone: set[int] = field(default_factory=set)   # kept axes that are a group of their own (a Slice's, a Concat's)
+    # kept axes that start a new group (a cut before them)
+    apart: set[int] = field(default_factory=set)
+    # kept axes that are a group of their own (a Slice's, a Concat's)
+    alone: set[int] = field(default_factory=set)
 
     def joins(self, first: int, second: int) -> bool:
         """Whether the two axes are neighbours among the kept ones, in this order, in one group."""
@@ -71,7 +100,8 @@ def high(view: GraphView, name: str) -> bool:
 
 
 def chain(view: GraphView, node) -> list:
-    """The nodes connected to `node` through rank > 5 tensors, in graph order ([] when it touches none)."""
+    """The nodes connected to `node` through rank > 5 tensors, in graph order ([] when
+    it touches none)."""
     nodes = list(view.graph.node)
     seen: set[str] = set()
     todo = [t for t in (*node.input, *node.output) if high(view, t)]
@@ -82,7 +112,9 @@ def chain(view: GraphView, node) -> list:
         seen.add(tensor)
         for other in nodes:
             if tensor in other.input or tensor in other.output:
-                todo.extend(t for t in (*other.input, *other.output) if t not in seen and high(view, t))
+                todo.extend(
+                    t for t in (*other.input, *other.output) if t not in seen and high(view, t)
+                )
     return [n for n in nodes if any(t in seen for t in (*n.input, *n.output))]
 
 
@@ -100,7 +132,11 @@ def _slice_axes(view: GraphView, node, rank: int) -> list[int] | None:
     starts = view.constant(node.input[1])
     if starts is None or any(view.constant(t) is None for t in node.input[2:] if t):
         return None
-    axes = view.constant(node.input[3]) if len(node.input) > 3 and node.input[3] else range(len(starts.reshape(-1)))
+    axes = (
+        view.constant(node.input[3])
+        if len(node.input) > 3 and node.input[3]
+        else range(len(starts.reshape(-1)))
+    )
     return [int(a) + rank if a < 0 else int(a) for a in list(axes)]
 
 
@@ -110,7 +146,9 @@ def _solve(view: GraphView, nodes: list) -> tuple[dict[str, Layout], str]:
     for node in nodes:
         for t in (*node.input, *node.output):
             if high(view, t) and t not in layouts:
-                given = {i.name for i in view.graph.input} - {i.name for i in view.graph.initializer}
+                given = {i.name for i in view.graph.input} - {
+                    i.name for i in view.graph.initializer
+                }
                 if view.is_output(t) or t in given:
                     return {}, f"{t} (rank {len(dims(view, t))}) is an input or output of the graph"
                 shape = dims(view, t)
@@ -124,7 +162,11 @@ def _solve(view: GraphView, nodes: list) -> tuple[dict[str, Layout], str]:
             continue
         if node.op_type == "Gather":
             if ins:
-                return {}, f"{label} reads a rank {len(dims(view, ins[0]))} tensor: no fold of a Gather's input"
+                return (
+                    {},
+                    f"{label} reads a rank {len(dims(view, ins[0]))} tensor: no fold of a Gather's "
+                    "input",
+                )
             if view.shape(node.input[1]) is None:
                 return {}, f"{label}: the indices have no static shape"
             continue
@@ -135,16 +177,28 @@ def _solve(view: GraphView, nodes: list) -> tuple[dict[str, Layout], str]:
         if node.op_type in ELEMENTWISE or node.op_type in SAME_LAYOUT:
             same = ins + outs
             for t in node.input:
-                if t and t not in layouts and view.shape(t) is not None and _numel(view.shape(t)) != 1 \
-                        and node.op_type not in SAME_LAYOUT[:1]:
-                    return {}, f"{label} broadcasts {t} {list(dims(view, t))} against a rank > 5 tensor"
+                if (
+                    t
+                    and t not in layouts
+                    and view.shape(t) is not None
+                    and _numel(view.shape(t)) != 1
+                    and node.op_type not in SAME_LAYOUT[:1]
+                ):
+                    return (
+                        {},
+                        f"{label} broadcasts {t} {list(dims(view, t))} against a rank > 5 tensor",
+                    )
                 if t and t not in layouts and view.shape(t) is None:
                     return {}, f"{label}: {t} has no static shape"
             if node.op_type == "Concat" and len(ins) != len([t for t in node.input if t]):
                 return {}, f"{label} joins a rank > 5 tensor with a tensor of another rank"
             rank = len(dims(view, same[0]))
             if node.op_type in SAME_LAYOUT:
-                axes = [_axis(node, rank)] if node.op_type == "Concat" else _slice_axes(view, node, rank)
+                axes = (
+                    [_axis(node, rank)]
+                    if node.op_type == "Concat"
+                    else _slice_axes(view, node, rank)
+                )
                 if axes is None:
                     return {}, f"{label}: starts, ends, axes and steps must be constants"
                 for t in same:
@@ -154,12 +208,19 @@ def _solve(view: GraphView, nodes: list) -> tuple[dict[str, Layout], str]:
                 return {}, f"{label}: its rank > 5 tensors differ in rank"
             ties.extend((same[0], t, list(range(rank))) for t in same[1:])
             continue
-        return {}, f"{label} makes or reads a rank > 5 tensor and no fold is defined for {node.op_type}"
+        return (
+            {},
+            f"{label} makes or reads a rank > 5 tensor and no fold is defined for {node.op_type}",
+        )
     _tie(layouts, ties)
     for t, layout in layouts.items():
         if len(layout.groups()) > MAX_RANK:
-            return {}, f"{t} {list(layout.shape)} folds to rank {len(layout.groups())} at best: its axes do not move " \
-                       f"together"
+            return (
+                {},
+                f"{t} {list(layout.shape)} folds to rank {len(layout.groups())} at best: its axes "
+                "do not move "
+                f"together",
+            )
         if not layout.groups():
             return {}, f"{t} {list(layout.shape)} has no axis above 1"
     return layouts, ""
@@ -171,8 +232,8 @@ def _numel(shape) -> int:
 
 
 def _tie(layouts: dict[str, Layout], ties: list) -> None:
-    """Until nothing changes: tied tensors keep the same axes (through the permutation) and fold only what is
-    neighbouring, in order, and folded in both."""
+    """Until nothing changes: tied tensors keep the same axes (through the permutation) and fold
+    only what is neighbouring, in order, and folded in both."""
     changed = True
     while changed:
         changed = False
@@ -184,12 +245,21 @@ def _tie(layouts: dict[str, Layout], ties: list) -> None:
             alone_b = lb.alone | {inverse[x] for x in la.alone}
             alone_a = la.alone | {perm[j] for j in alone_b}
             if (kept_a, kept_b, alone_a, alone_b) != (la.kept, lb.kept, la.alone, lb.alone):
-                la.kept, lb.kept, la.alone, lb.alone, changed = kept_a, kept_b, alone_a, alone_b, True
-            # b's neighbours (j1, j2) stay in one group only if a's axes perm[j1], perm[j2] do; and the other way
+                la.kept, lb.kept, la.alone, lb.alone, changed = (
+                    kept_a,
+                    kept_b,
+                    alone_a,
+                    alone_b,
+                    True,
+                )
+            # b's neighbours (j1, j2) stay in one group only if a's axes perm[j1], perm[j2] do; and
+            # the other way
             for left, right, to_other in ((lb, la, perm), (la, lb, inverse)):
                 order = sorted(left.kept)
                 for first, second in zip(order, order[1:]):
-                    if left.joins(first, second) and not right.joins(to_other[first], to_other[second]):
+                    if left.joins(first, second) and not right.joins(
+                        to_other[first], to_other[second]
+                    ):
                         left.apart.add(second)
                         changed = True
 
@@ -229,10 +299,21 @@ def fold(view: GraphView, node) -> list[str]:
                 flat, before = view.add_constant(f"{n.input[1]}_flat", indices.reshape(-1)), []
             else:
                 flat = view.fresh(f"{n.input[1]}_flat")
-                before = [view.node("Reshape", [n.input[1], view.add_constant("minus_one", np.array([-1], np.int64))],
-                                    [flat], f"{base}_flatten_indices")]
+                before = [
+                    view.node(
+                        "Reshape",
+                        [n.input[1], view.add_constant("minus_one", np.array([-1], np.int64))],
+                        [flat],
+                        f"{base}_flatten_indices",
+                    )
+                ]
             gathered = view.fresh(f"{n.output[0]}_flat")
-            new = [*before, view.node("Gather", [n.input[0], flat], [gathered], base, axis=attribute(n, "axis", 0))]
+            new = [
+                *before,
+                view.node(
+                    "Gather", [n.input[0], flat], [gathered], base, axis=attribute(n, "axis", 0)
+                ),
+            ]
             new += to_shape(gathered, n.output[0], f"{base}_fold")
             name[gathered] = gathered
         elif n.op_type == "Transpose":
@@ -240,12 +321,19 @@ def fold(view: GraphView, node) -> list[str]:
             perm = list(attribute(n, "perm"))
             groups_in = src.groups()
             folded = [groups_in.index([perm[j] for j in g]) for g in out.groups()]
-            new = [view.node("Transpose", [read(n.input[0])], [read(n.output[0])], base, perm=folded)]
+            new = [
+                view.node("Transpose", [read(n.input[0])], [read(n.output[0])], base, perm=folded)
+            ]
         else:
             inputs = []
             for t in n.input:
                 value = view.constant(t) if t and t not in layouts else None
-                if value is not None and value.size == 1 and value.ndim > 0 and n.op_type != "Slice":
+                if (
+                    value is not None
+                    and value.size == 1
+                    and value.ndim > 0
+                    and n.op_type != "Slice"
+                ):
                     t = view.add_constant(f"{t}_scalar", value.reshape(()))
                 inputs.append(read(t))
             attrs = {a.name: attribute(n, a.name) for a in n.attribute}

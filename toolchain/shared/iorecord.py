@@ -1,5 +1,5 @@
-"""A graph's declared interface as plain JSON: what a task's settings, a record, a bundle and the phone
-compare against the ONNX, the compiled binary and the runtime's view."""
+"""A graph's declared interface as plain JSON: what a task's settings, a record, a bundle and the
+phone compare against the ONNX, the compiled binary and the runtime's view."""
 from __future__ import annotations
 
 

@@ -1,5 +1,5 @@
-"""A model's data on the CPU: the files a check reads, the model code's labelled samples, the feeds per graph
-and onnxruntime's CPU run of a graph (the reference every compiler is held to)."""
+"""A model's data on the CPU: the files a check reads, the model code's labelled samples, the feeds
+per graph and onnxruntime's CPU run of a graph (the reference every compiler is held to)."""
 from __future__ import annotations
 
 import ast
@@ -10,31 +10,38 @@ from pathlib import Path
 
 from toolchain.errors import StageFailed
 
-# numpy is imported where used: doit's own process loads this module on every run (tests/test_engine_worker.py)
+# numpy is imported where used: doit's own process loads this module on every run
+# (tests/test_engine_worker.py)
 
 
 def defines(module_file: str, name: str) -> bool:
-    """Whether a model file defines `name` at its top level (a function, an assignment or an import), read with ast:
-    doit's own process decides a task's shape from it without importing the model's code. A file that does not parse
-    defines nothing here: the step that imports it names the file and line of the syntax error."""
+    """Whether a model file defines `name` at its top level (a function, an assignment or an
+    import), read with ast: doit's own process decides a task's shape from it without importing the
+    model's code. A file that does not parse defines nothing here: the step that imports it names
+    the file and line of the syntax error."""
     source = Path(module_file).read_bytes()
-    return name.encode() in source and name in outline(source).names   # a name it never spells: no parse
+    # a name it never spells: no parse
+    return name.encode() in source and name in outline(source).names
 
 
 @dataclass(frozen=True)
 class Outline:
     """What a model file's source holds at its top level, read with ast (never imported)."""
-    parsed: bool                         # False: a syntax error (the step that imports it names file and line)
-    names: frozenset[str]                # every name it defines: functions, assignments, imported names
+    # False: a syntax error (the step that imports it names file and line)
+    parsed: bool
+    # every name it defines: functions, assignments, imported names
+    names: frozenset[str]
     functions: tuple[tuple[str, int], ...]   # (name, line) of each top-level def
-    imports: tuple[tuple[str, int], ...]     # (top-level package, line) of each absolute import at top level
-    star: bool                           # a `from x import *`: its names are unknown without importing it
+    # (top-level package, line) of each absolute import at top level
+    imports: tuple[tuple[str, int], ...]
+    # a `from x import *`: its names are unknown without importing it
+    star: bool
 
 
 @functools.lru_cache(maxsize=64)
 def outline(source: bytes) -> Outline:
-    """A model file's top level, parsed once per source (tasks ask per model and chip: 80 parses were a third of a
-    no-op `doit` of the shipped models)."""
+    """A model file's top level, parsed once per source (tasks ask per model and chip: 80 parses
+    were a third of a no-op `doit` of the shipped models)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -46,7 +53,9 @@ def outline(source: bytes) -> Outline:
     star = False
     for node in tree.body:
         if isinstance(node, ast.Assign):
-            names += [n.id for target in node.targets for n in ast.walk(target) if isinstance(n, ast.Name)]
+            names += [
+                n.id for target in node.targets for n in ast.walk(target) if isinstance(n, ast.Name)
+            ]
         elif isinstance(node, ast.ImportFrom):
             names += [alias.asname or alias.name for alias in node.names]
             star = star or any(alias.name == "*" for alias in node.names)
@@ -66,8 +75,8 @@ def data_files(data_dir: str | None) -> list[str]:
 
 
 def samples(module, data_dir: str | None, wanted=(), field: str = "") -> list:
-    """The model's labelled samples (all, or the `wanted` ids in the declared order); item[0] is the id.
-    `field` names where the ids were asked for ('models/m.toml: verify.clips')."""
+    """The model's labelled samples (all, or the `wanted` ids in the declared order); item[0] is the
+    id. `field` names where the ids were asked for ('models/m.toml: verify.clips')."""
     if not data_dir or not hasattr(module, "samples"):
         return []
     every = module.samples(data_dir)
@@ -76,7 +85,9 @@ def samples(module, data_dir: str | None, wanted=(), field: str = "") -> list:
     by_id = {c[0]: c for c in every}
     missing = [w for w in wanted if w not in by_id]
     if missing:
-        raise StageFailed(f"{field or data_dir}: no sample(s) {missing} in {data_dir}; known: {sorted(by_id)}")
+        raise StageFailed(
+            f"{field or data_dir}: no sample(s) {missing} in {data_dir}; known: {sorted(by_id)}"
+        )
     return [by_id[w] for w in wanted]
 
 
@@ -87,10 +98,14 @@ def feeds(module, run, sample, io: dict, count: int = 3) -> dict:
     if hasattr(module, "graph_feeds"):
         found = with_io(module.graph_feeds, io)(run, sample)
         missing = [g for g in io if not found.get(g)]
-        if missing:   # else that graph would get no per-call check at all, silently
-            raise StageFailed(f"{module.__file__}: graph_feeds() returned no feeds for graph(s) {', '.join(missing)}: "
-                              f"every graph is checked per call, so return a few calls' feeds for each (for a stream "
-                              f"graph: calls of its stream), or drop graph_feeds() to let the build make them")
+        if missing:  # else that graph would get no per-call check at all, silently
+            raise StageFailed(
+                f"{module.__file__}: graph_feeds() returned no feeds for graph(s) "
+                f"{', '.join(missing)}: "
+                "every graph is checked per call, so return a few calls' feeds for each (for a "
+                "stream "
+                f"graph: calls of its stream), or drop graph_feeds() to let the build make them"
+            )
         return found
     rng = np.random.default_rng(0)
 
@@ -98,19 +113,24 @@ def feeds(module, run, sample, io: dict, count: int = 3) -> dict:
         if dtype == "int32":
             return rng.integers(0, 10, size=shape, dtype=np.int32)
         return rng.standard_normal(shape).astype(dtype)
-    return {g: [{n: one(n, s, d) for n, s, d in spec["inputs"]} for _ in range(count)] for g, spec in io.items()}
+
+    return {
+        g: [{n: one(n, s, d) for n, s, d in spec["inputs"]} for _ in range(count)]
+        for g, spec in io.items()
+    }
 
 
 def with_io(function, io: dict):
-    """The model code's function, given the declared graph interface (`io`) when it asks for it by name:
-    code whose tensor names come from the spec (sherpa-onnx's '<prefix>_mel') needs them."""
+    """The model code's function, given the declared graph interface (`io`) when it asks for it by
+    name: code whose tensor names come from the spec (sherpa-onnx's '<prefix>_mel') needs them."""
     if "io" in inspect.signature(function).parameters:
         return lambda *args: function(*args, io=io)
     return function
 
 
 def cpu(onnx_model: str):
-    """Run(feeds) for an ONNX model on onnxruntime's CPU provider: the reference every compiler is held to."""
+    """Run(feeds) for an ONNX model on onnxruntime's CPU provider: the reference every compiler
+    is held to."""
     import onnxruntime as ort
     so = ort.SessionOptions()
     so.log_severity_level = 3

@@ -1,6 +1,7 @@
 """models/<name>.toml -> frozen Model records; every mistake is a SpecError naming file and field.
-This module reads a spec file and its model-wide tables; records.py holds the records, table.py the TOML table
-with its errors, graphs.py the [graphs.<g>] tables, sources.py checkpoints, packages and given ONNX."""
+This module reads a spec file and its model-wide tables; records.py holds the records, table.py
+the TOML table with its errors, graphs.py the [graphs.<g>] tables, sources.py checkpoints,
+packages and given ONNX."""
 from __future__ import annotations
 
 import math
@@ -28,8 +29,19 @@ from toolchain.spec.sources import checkpoint as _checkpoint
 from toolchain.spec.sources import requires as _requires
 from toolchain.spec.table import Settings, Table, closest_path, near, plain
 
-__all__ = ["AUTO", "Checkpoint", "Graph", "Model", "Settings", "SpecError", "Table", "Tensor", "load", "load_file",
-           "plain"]
+__all__ = [
+    "AUTO",
+    "Checkpoint",
+    "Graph",
+    "Model",
+    "Settings",
+    "SpecError",
+    "Table",
+    "Tensor",
+    "load",
+    "load_file",
+    "plain",
+]
 
 
 def load(path: str | Path, chips: dict) -> Model:
@@ -54,10 +66,16 @@ def load_file(path: str | Path, chips: dict) -> tuple[Model, ...]:
         raise SpecError(f"{file}: cannot read: {err.strerror}") from None
     except UnicodeDecodeError as err:
         line = raw[:err.start].count(b"\n") + 1
-        raise SpecError(f"{file}: not UTF-8 text: byte 0x{raw[err.start]:02x} at offset {err.start} (line {line}); "
-                        f"save the file as UTF-8") from None
+        raise SpecError(
+            f"{file}: not UTF-8 text: byte 0x{raw[err.start]:02x} at offset {err.start} (line "
+            f"{line}); "
+            f"save the file as UTF-8"
+        ) from None
     if not NAME.match(path.stem):
-        raise SpecError(f"{file}: the file name '{path.stem}' must match {NAME.pattern} (it names tasks and folders)")
+        raise SpecError(
+            f"{file}: the file name '{path.stem}' must match {NAME.pattern} (it names tasks and "
+            "folders)"
+        )
     variants = data.pop("variants", None)
     if variants is None:
         return (_model(data, file, path.stem, path.parent, chips),)
@@ -66,9 +84,18 @@ def load_file(path: str | Path, chips: dict) -> tuple[Model, ...]:
     models = []
     for label, overrides in variants.items():
         if not NAME.match(label) or not isinstance(overrides, dict):
-            raise SpecError(f"{file}: variants.{label}: expected a table whose label matches {NAME.pattern}")
-        models.append(_model(_merge(data, overrides), f"{file} [variants.{label}]", f"{path.stem}-{label}",
-                             path.parent, chips))
+            raise SpecError(
+                f"{file}: variants.{label}: expected a table whose label matches {NAME.pattern}"
+            )
+        models.append(
+            _model(
+                _merge(data, overrides),
+                f"{file} [variants.{label}]",
+                f"{path.stem}-{label}",
+                path.parent,
+                chips,
+            )
+        )
     return tuple(models)
 
 
@@ -76,16 +103,25 @@ def _merge(base: dict, overrides: dict) -> dict:
     """Deep merge: tables merge key by key, any other value replaces the base one."""
     merged = dict(base)
     for key, value in overrides.items():
-        merged[key] = _merge(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+        merged[key] = (
+            _merge(base[key], value)
+            if isinstance(value, dict) and isinstance(base.get(key), dict)
+            else value
+        )
     return merged
 
 
 def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
-    """One model from a spec's data: each table read in file order, so the first mistake is the one named."""
+    """One model from a spec's data: each table read in file order, so the first mistake is
+    the one named."""
     top = Table(data, file)
     module_file, uses, requires = _code(top, here)
     lic = top.sub("license")
-    license_ = (("name", lic.req("name", str)), ("url", lic.opt("url", str, "")), ("note", lic.opt("note", str, "")))
+    license_ = (
+        ("name", lic.req("name", str)),
+        ("url", lic.opt("url", str, "")),
+        ("note", lic.opt("note", str, "")),
+    )
     lic.done()
     chip_names = _chips(top, chips)
     checkpoint = _checkpoint(top.sub("checkpoint"), here) if "checkpoint" in data else None
@@ -98,46 +134,78 @@ def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
     compile_settings = _compile(top.sub("compile", required=False))
     parity_table = top.sub("parity", required=False)
     verify_table = top.sub("verify", required=False)
-    verify_written = tuple(k for k in VERIFY_BOUNDS if k in verify_table.data)   # a message says which are defaults
+    # a message says which are defaults
+    verify_written = tuple(k for k in VERIFY_BOUNDS if k in verify_table.data)
     verify_settings = _verify(verify_table, chip_names, data_dir)
     metric = _metric(top.sub("metric", required=False))
     graphs = _graphs(top, checkpoint, chip_names, chips, here)
     windows_record = Settings(())
-    if "windows" in data:   # each window a graph of its own, after the declared ones (spec/windows.py)
+    # each window a graph of its own, after the declared ones (spec/windows.py)
+    if "windows" in data:
         windows_record, copies = windows.windows(top.sub("windows"), graphs)
         graphs += copies
-    given_only = checkpoint is None and all(g.source and g.source[0] in ("onnx", "archive") for g in graphs)
+    given_only = checkpoint is None and all(
+        g.source and g.source[0] in ("onnx", "archive") for g in graphs
+    )
     parity_settings = _parity(parity_table, given_only)
 
     description = top.opt("description", str, "")
     # sherpa-onnx names its bundles after the model (sherpa-onnx-qnn-<SOC>-binary-whisper-tiny.en)
     bundle_name = top.opt("bundle_name", str, name)
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", bundle_name):
-        top.fail("bundle_name", f"{bundle_name!r}: letters, digits, '.', '_' and '-' only (it names a file)")
+        top.fail(
+            "bundle_name",
+            f"{bundle_name!r}: letters, digits, '.', '_' and '-' only (it names a file)",
+        )
     compiler = _compiler(top, file)   # checked against the registered compilers by project.py
     top.done()
-    return Model(name=name, spec_file=file, module_file=str(module_file), description=description,
-                 bundle_name=bundle_name, uses=uses, requires=requires, license=Settings(license_),
-                 compiler=compiler, chips=chip_names, checkpoint=checkpoint, data_dir=data_dir,
-                 export=Settings(export_settings), compile=Settings(compile_settings),
-                 parity=Settings(parity_settings), verify=Settings(verify_settings), metric=metric, graphs=graphs,
-                 verify_written=verify_written, windows=windows_record)
+    return Model(
+        name=name,
+        spec_file=file,
+        module_file=str(module_file),
+        description=description,
+        bundle_name=bundle_name,
+        uses=uses,
+        requires=requires,
+        license=Settings(license_),
+        compiler=compiler,
+        chips=chip_names,
+        checkpoint=checkpoint,
+        data_dir=data_dir,
+        export=Settings(export_settings),
+        compile=Settings(compile_settings),
+        parity=Settings(parity_settings),
+        verify=Settings(verify_settings),
+        metric=metric,
+        graphs=graphs,
+        verify_written=verify_written,
+        windows=windows_record,
+    )
 
 
 def _code(top: Table, here: Path) -> tuple:
-    """The model's own code: its module, the files it imports (`uses`) and the packages it requires."""
+    """The model's own code: its module, the files it imports (`uses`) and the
+    packages it requires."""
     module = top.req("module", str)
     module_file = here / f"{module}.py"
     if not module_file.is_file():
         guess = closest_path(here, f"{module}.py")
-        hint = f'; did you mean module = "{guess.removesuffix(".py")}"?' if guess.endswith(".py") else ""
+        hint = (
+            f'; did you mean module = "{guess.removesuffix(".py")}"?'
+            if guess.endswith(".py")
+            else ""
+        )
         top.fail("module", f"no export code at {module_file}; write models/{module}.py{hint}")
     written = [str(u) for u in top.opt("uses", list, [])]
     uses = tuple(str(here / u) for u in written)
     requires = _requires(top)
     for used, rel in zip(uses, written):
         if not Path(used).is_file():
-            top.fail("uses", f"no file {used} (model code the module imports, relative to the spec){near(here, rel)}")
+            top.fail(
+                "uses",
+                f"no file {used} (model code the module imports, relative to the "
+                f"spec){near(here, rel)}",
+            )
     return module_file, uses, requires
 
 
@@ -161,8 +229,11 @@ def _export(export: Table) -> dict:
                 "opset": export.opt("opset", int, 18),
                 "args": export.opt("args", dict, {})}   # the model code's own export options
     if not OPSETS[0] <= settings["opset"] <= OPSETS[1]:
-        export.fail("opset", f"{settings['opset']} is outside the opsets torch exports ({OPSETS[0]}-{OPSETS[1]}); "
-                             f"the default is 18")
+        export.fail(
+            "opset",
+            f"{settings['opset']} is outside the opsets torch exports ({OPSETS[0]}-{OPSETS[1]}); "
+            f"the default is 18",
+        )
     export.done()
     return settings
 
@@ -173,9 +244,9 @@ def _compile(comp: Table) -> dict:
                 # The guide: above ~1B parameters in fp16 a model may not fit one context. The
                 # bundled compiler builds 1.2B (2.4 GB, bench/size_limit.py); devices unmeasured.
                 "max_fp16_params": comp.opt("max_fp16_params", int, 1_000_000_000)}
-    # The QNN runtime the app ships (runtime_qairt = "2.49.40") or the QAIRT families to build (qairt = [...]):
-    # kept as written only when given (a spec without them keeps its settings); the compiler resolves and checks
-    # them at load (compilers/ort_qnn/families.py).
+    # The QNN runtime the app ships (runtime_qairt = "2.49.40") or the QAIRT families to build
+    # (qairt = [...]): kept as written only when given (a spec without them keeps its settings); the
+    # compiler resolves and checks them at load (compilers/ort_qnn/families.py).
     for key, kind in (("runtime_qairt", str), ("qairt", list)):
         value = comp.opt(key, kind, None)
         if value is not None:
@@ -184,23 +255,28 @@ def _compile(comp: Table) -> dict:
     return settings
 
 
-# [parity] reference: what the ONNX on the CPU is held to: the model code's torch_runner(checkpoint) (PyTorch), its
-# reference_runner(checkpoint) (any other code: numpy, a reference implementation), or nothing. The default is
-# "torch", or "none" when every graph is an ONNX given as a file and there is no checkpoint (nothing to compare with).
-# Whatever the graphs' sources, a model may declare either runner (it gets checkpoint None without a checkpoint).
+# [parity] reference: what the ONNX on the CPU is held to: the model code's torch_runner(checkpoint)
+# (PyTorch), its reference_runner(checkpoint) (any other code: numpy, a reference implementation),
+# or nothing. The default is "torch", or "none" when every graph is an ONNX given as a file and
+# there is no checkpoint (nothing to compare with). Whatever the graphs' sources, a model may
+# declare either runner (it gets checkpoint None without a checkpoint).
 REFERENCES = {"torch": "torch_runner", "module": "reference_runner", "none": ""}
 
 
 def _parity(parity: Table, given_only: bool) -> dict:
-    settings = {"max_abs": parity.number("max_abs", 1e-3),
-                "reference": parity.opt("reference", str, "none" if given_only else "torch", tuple(REFERENCES))}
+    settings = {
+        "max_abs": parity.number("max_abs", 1e-3),
+        "reference": parity.opt(
+            "reference", str, "none" if given_only else "torch", tuple(REFERENCES)
+        ),
+    }
     parity.done()
     return settings
 
 
-# The [verify] bounds and their defaults (docs/add-a-model.md): the largest error of an output, relative to its range,
-# for fp16 and for w8a16 graphs, and the least cosine similarity (0: not checked; e.g. 0.99 for an embedding, where
-# direction is what counts).
+# The [verify] bounds and their defaults (docs/add-a-model.md): the largest error of an output,
+# relative to its range, for fp16 and for w8a16 graphs, and the least cosine similarity (0: not
+# checked; e.g. 0.99 for an embedding, where direction is what counts).
 VERIFY_BOUNDS = {"max_rel": 0.02, "max_rel_w8a16": 0.1, "min_cosine": 0.0}
 
 
@@ -214,7 +290,9 @@ def _verify(verify: Table, chip_names: tuple, data_dir: str | None) -> dict:
         if chip not in chip_names:
             verify.fail("full_chips", f"{chip!r} is not one of this model's chips")
     if not all(isinstance(c, str) and c for c in settings["clips"]):
-        verify.fail("clips", f"expected a list of sample ids (strings), got {list(settings['clips'])}")
+        verify.fail(
+            "clips", f"expected a list of sample ids (strings), got {list(settings['clips'])}"
+        )
     if settings["clips"] and data_dir is None:
         verify.fail("clips", "names samples, but the model has no `data` folder to take them from")
     verify.done()
@@ -232,7 +310,9 @@ def _metric(metric: Table) -> Settings:
     return Settings(sorted(metric.data.items()))
 
 
-def _graphs(top: Table, checkpoint, chip_names: tuple, chips: dict, here: Path) -> tuple[Graph, ...]:
+def _graphs(
+    top: Table, checkpoint, chip_names: tuple, chips: dict, here: Path
+) -> tuple[Graph, ...]:
     table = top.sub("graphs")
     graphs = tuple(_graph(table.sub(g), g, here) for g in table.data)
     table.used.update(table.data)
@@ -240,29 +320,40 @@ def _graphs(top: Table, checkpoint, chip_names: tuple, chips: dict, here: Path) 
         top.fail("graphs", "declare at least one graph")
     if checkpoint is None and not all(g.source for g in graphs):
         top.req("checkpoint", dict)   # fails: the model code exports from a checkpoint
-    for i, graph in enumerate(graphs):   # a stream made from another graph's outputs: that graph streams, before it
+    # a stream made from another graph's outputs: that graph streams, before it
+    for i, graph in enumerate(graphs):
         upstream = graph.stream.get("from")
         earlier = {g.name: g for g in graphs[:i]}
         if upstream is not None and (upstream not in earlier or not earlier[upstream].stream):
             streaming = ", ".join(g.name for g in graphs if g.stream) or "none"
-            table.fail(f"{graph.name}.stream.from", f"{upstream!r} is not a graph declared before this one with a "
-                       f"stream of its own (streaming graphs: {streaming})")
+            table.fail(
+                f"{graph.name}.stream.from",
+                f"{upstream!r} is not a graph declared before this one with a "
+                f"stream of its own (streaming graphs: {streaming})",
+            )
     for graph in graphs:
         for chip in chip_names:
             if not graph.precision.quantized and not chips[chip].fp16:
-                top.fail("chips", f"{chip} (HTP v{chips[chip].htp_arch}) has no fp16, but graph "
-                                  f"'{graph.name}' has precision = \"fp16\": drop {chip} from chips, "
-                                  f"or declare the graph precision = \"w8a16\" (8-bit weights)")
+                top.fail(
+                    "chips",
+                    f"{chip} (HTP v{chips[chip].htp_arch}) has no fp16, but graph "
+                    f"'{graph.name}' has precision = \"fp16\": drop {chip} from chips, "
+                    f'or declare the graph precision = "w8a16" (8-bit weights)',
+                )
     return graphs
 
 
 def _compiler(top: Table, file: str) -> str:
-    """`compiler = "ort-qnn" | "qairt" | "auto"`; a spec of 0.16 or older says `toolchain =`: read, and said
-    once on stderr (both keys: refused)."""
+    """`compiler = "ort-qnn" | "qairt" | "auto"`; a spec of 0.16 or older says `toolchain =`: read,
+    and said once on stderr (both keys: refused)."""
     if "toolchain" in top.data:
         if "compiler" in top.data:
             top.fail("toolchain", "the old name of `compiler`: write `compiler` only")
-        print(f"{file}: toolchain: now called compiler (read as compiler = {top.data['toolchain']!r}; rename the "
-              "key)", file=sys.stderr)
+        print(
+            f"{file}: toolchain: now called compiler (read as compiler = "
+            f"{top.data['toolchain']!r}; rename the "
+            "key)",
+            file=sys.stderr,
+        )
         return top.opt("toolchain", str, "ort-qnn")
     return top.opt("compiler", str, "ort-qnn")

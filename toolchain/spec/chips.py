@@ -15,7 +15,8 @@ CHIP_ID = re.compile(r"^[A-Z0-9]+$")
 
 
 class ChipRecord(TypedDict):
-    """Chip.record(): what of a chip reaches a compiler, in every per-chip task's settings and its step's kwargs."""
+    """Chip.record(): what of a chip reaches a compiler, in every per-chip task's settings and
+    its step's kwargs."""
     name: str
     soc_model: int
     htp_arch: int
@@ -36,18 +37,26 @@ class Chip:
     default: bool         # built when a model lists no chips of its own
     marketing: str
     source: str           # where each value was verified
-    family: str = ""      # a QAIRT family other than the build's own (project.model_chips): its own tasks and paths
+    # a QAIRT family other than the build's own (project.model_chips): its own tasks and paths
+    family: str = ""
 
     @property
     def tag(self) -> str:
-        """What task names say after '@': 'SM8750', or 'SM8750+qairt2.49' for another QAIRT family's build."""
+        """What task names say after '@': 'SM8750', or 'SM8750+qairt2.49' for another
+        QAIRT family's build."""
         return f"{self.name}+qairt{self.family}" if self.family else self.name
 
     def record(self) -> ChipRecord:
-        """The fields that reach the compiler (part of every per-chip task's settings); a non-default QAIRT
-        family is one of them (the default's record stays as it was: nothing of today's build rebuilds)."""
-        found = ChipRecord(name=self.name, soc_model=self.soc_model, htp_arch=self.htp_arch, vtcm_mb=self.vtcm_mb,
-                           fp16=self.fp16)
+        """The fields that reach the compiler (part of every per-chip task's settings); a
+        non-default QAIRT family is one of them (the default's record stays as it was: nothing of
+        today's build rebuilds)."""
+        found = ChipRecord(
+            name=self.name,
+            soc_model=self.soc_model,
+            htp_arch=self.htp_arch,
+            vtcm_mb=self.vtcm_mb,
+            fp16=self.fp16,
+        )
         if self.family:
             found["qairt"] = self.family
         return found
@@ -61,10 +70,16 @@ def load(path: str | Path = TABLE) -> dict[str, Chip]:
         if not CHIP_ID.match(name):
             raise SpecError(f"{path}: [{name}]: chip names must match {CHIP_ID.pattern}")
         t = Table(data, str(path)).sub(name)
-        chips[name] = Chip(name=name, soc_model=t.req("soc_model", int), htp_arch=t.req("htp_arch", int),
-                           vtcm_mb=t.req("vtcm_mb", int), fp16=t.req("fp16", bool),
-                           default=t.opt("default", bool, False), marketing=t.opt("marketing", str, ""),
-                           source=t.req("source", str))
+        chips[name] = Chip(
+            name=name,
+            soc_model=t.req("soc_model", int),
+            htp_arch=t.req("htp_arch", int),
+            vtcm_mb=t.req("vtcm_mb", int),
+            fp16=t.req("fp16", bool),
+            default=t.opt("default", bool, False),
+            marketing=t.opt("marketing", str, ""),
+            source=t.req("source", str),
+        )
         t.done()
     ids = [c.soc_model for c in chips.values()]
     if len(set(ids)) != len(ids):
@@ -73,20 +88,27 @@ def load(path: str | Path = TABLE) -> dict[str, Chip]:
 
 
 def unknown(name: str, chips: dict[str, Chip]) -> str:
-    """Why `name` is no chip of the table, and what to write instead: for a marketing name ("Snapdragon 8 Gen 2", which
-    reports print) its SoC id, else the closest id, else the ids known."""
+    """Why `name` is no chip of the table, and what to write instead: for a marketing
+    name ("Snapdragon 8 Gen 2", which reports print) its SoC id, else the closest id,
+    else the ids known."""
     import difflib  # for an error's suggestion only: not at every load
     by_marketing = {_plain(c.marketing): c.name for c in chips.values() if c.marketing}
     said = _plain(name)
     close = difflib.get_close_matches(said, by_marketing, n=1, cutoff=0.9)
     if said in by_marketing or close:
         chip = chips[by_marketing[said if said in by_marketing else close[0]]]
-        return (f"unknown chip {name!r}; that is {chip.name}'s marketing name ({chip.marketing}): write "
-                f"\"{chip.name}\" (chips are named by SoC id)")
+        return (
+            f"unknown chip {name!r}; that is {chip.name}'s marketing name ({chip.marketing}): "
+            "write "
+            f'"{chip.name}" (chips are named by SoC id)'
+        )
     ids = difflib.get_close_matches(str(name), chips, n=1)
-    return f"unknown chip {name!r}; " + (f"did you mean '{ids[0]}'?" if ids else f"known chips: {', '.join(chips)}")
+    return f"unknown chip {name!r}; " + (
+        f"did you mean '{ids[0]}'?" if ids else f"known chips: {', '.join(chips)}"
+    )
 
 
 def _plain(name: str) -> str:
-    """A chip's marketing name as people write it: no case, spaces or maker ("snapdragon 8 gen 2" -> "8gen2")."""
+    """A chip's marketing name as people write it: no case, spaces or maker ("snapdragon 8 gen
+    2" -> "8gen2")."""
     return "".join(str(name).lower().replace("snapdragon", "").replace("qualcomm", "").split())

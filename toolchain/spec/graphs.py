@@ -1,4 +1,5 @@
-"""[graphs.<g>]: one graph's tensors (static shapes, batch 1), precision, compiler options and checks."""
+"""[graphs.<g>]: one graph's tensors (static shapes, batch 1), precision, compiler
+options and checks."""
 from __future__ import annotations
 
 import math
@@ -29,7 +30,8 @@ def graph(t: Table, name: str, here: Path) -> Graph:
     if not precision.quantized and "calibration" in t.data:
         t.fail("calibration", f"only w8a16 graphs are calibrated; this graph is {precision}")
     source = sources.source(t.sub("source"), here) if "source" in t.data else None
-    rewrite = t.opt("rewrite", (str, list), ())   # the rule names are checked by project.py (rewrites/library.py)
+    # the rule names are checked by project.py (rewrites/library.py)
+    rewrite = t.opt("rewrite", (str, list), ())
     compile_options = options(t.sub("compile", required=False))
     inputs = tensors(t.sub("inputs"))
     outputs = tensors(t.sub("outputs"))
@@ -40,11 +42,19 @@ def graph(t: Table, name: str, here: Path) -> Graph:
         t.fail("state", "a graph with state pairs declares how a stream is cut into calls: "
                         "stream = { input = \"x\", axis = 1, chunk = 512, hop = 512, context = 0 }")
     t.done()
-    return Graph(name=name, precision=precision, calibration=calibration, inputs=inputs, outputs=outputs,
-                 source=source, compile=compile_options,
-                 checks=Settings({k: Settings(v) for k, v in output_checks.items()}),
-                 state=Settings(pairs), stream=Settings(geometry),
-                 rewrite=rewrite if isinstance(rewrite, str) else tuple(rewrite))
+    return Graph(
+        name=name,
+        precision=precision,
+        calibration=calibration,
+        inputs=inputs,
+        outputs=outputs,
+        source=source,
+        compile=compile_options,
+        checks=Settings({k: Settings(v) for k, v in output_checks.items()}),
+        state=Settings(pairs),
+        stream=Settings(geometry),
+        rewrite=rewrite if isinstance(rewrite, str) else tuple(rewrite),
+    )
 
 
 def options(t: Table) -> Settings:
@@ -69,17 +79,26 @@ def tensors(t: Table) -> tuple[Tensor, ...]:
     for name in t.data:
         tt = t.sub(name)
         shape = tt.req("shape", list)
-        if not shape or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
+        if not shape or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape
+        ):
             tt.fail("shape", f"expected a list of positive integers (static shape), got {shape}")
         dtype = tt.req("dtype", str)
         if dtype == "int64":
-            tt.fail("dtype", "int64 is not allowed at graph I/O (the HTP runtimes take int32): export it as int32")
+            tt.fail(
+                "dtype",
+                "int64 is not allowed at graph I/O (the HTP runtimes take int32): export it as "
+                "int32",
+            )
         if dtype not in IO_DTYPES:
             tt.fail("dtype", f"expected one of {', '.join(IO_DTYPES)}, got {dtype!r}")
         size = math.prod(shape) * DTYPE_BYTES[dtype]
         if size > MAX_TENSOR_BYTES:
-            tt.fail("shape", f"{shape} {dtype} is a tensor of {size / 2**30:.1f} GiB, over the "
-                             f"{MAX_TENSOR_BYTES >> 30} GiB one graph input or output can be: check the shape")
+            tt.fail(
+                "shape",
+                f"{shape} {dtype} is a tensor of {size / 2**30:.1f} GiB, over the "
+                f"{MAX_TENSOR_BYTES >> 30} GiB one graph input or output can be: check the shape",
+            )
         batch_axis = tt.opt("batch_axis", int, 0)
         batch_axis = None if batch_axis < 0 else batch_axis
         if batch_axis is not None:

@@ -1,4 +1,5 @@
-"""What a spec loads into: frozen Model, Graph, Tensor and Checkpoint records, and the values a spec may use."""
+"""What a spec loads into: frozen Model, Graph, Tensor and Checkpoint records, and the values a
+spec may use."""
 from __future__ import annotations
 
 import re
@@ -14,8 +15,8 @@ IO_DTYPES = ("float32", "float16", "int32")   # what the HTP runtimes accept at 
 
 
 class Precision(StrEnum):
-    """A graph's numerics on the HTP, and the [verify] bound that judges it (a str: records and settings keep
-    writing "fp16" / "w8a16")."""
+    """A graph's numerics on the HTP, and the [verify] bound that judges it (a str: records and
+    settings keep writing "fp16" / "w8a16")."""
 
     FP16 = "fp16"
     W8A16 = "w8a16"   # 8-bit weights, 16-bit activations, quantized for QNN
@@ -35,24 +36,30 @@ class Precision(StrEnum):
 
 
 PRECISIONS = tuple(p.value for p in Precision)
-AUTO = "auto"   # compiler = "auto": the QAIRT SDK when $QNN_SDK_ROOT is a complete one (project.py says which)
-ANDROID_LIBS = ("auto", "required", "off")   # QAIRT aarch64-android model libs: with an NDK / always / never
-# The formats the shipped model code reads; a spec may name any other: it is passed to the model code's
-# prepare_checkpoint(), which accepts or refuses it (a ValueError there is one line naming the spec).
+# compiler = "auto": the QAIRT SDK when $QNN_SDK_ROOT is a complete one (project.py says which)
+AUTO = "auto"
+# QAIRT aarch64-android model libs: with an NDK / always / never
+ANDROID_LIBS = ("auto", "required", "off")
+# The formats the shipped model code reads; a spec may name any other: it is passed to the model
+# code's prepare_checkpoint(), which accepts or refuses it (a ValueError there is one line
+# naming the spec).
 CHECKPOINT_FORMATS = ("ctranslate2", "openai-whisper", "safetensors", "torch")
 FORMAT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 OPTION_VALUES = (str, int, float, bool)   # what a compiler option may be ([graphs.<g>.compile])
-# The opsets torch 2.13 can export (torch.onnx._constants: ONNX_MIN_OPSET 7, ONNX_MAX_OPSET 23); model code
-# that writes its ONNX itself is held to the same range. onnxruntime 1.32 loads all of them.
+# The opsets torch 2.13 can export (torch.onnx._constants: ONNX_MIN_OPSET 7, ONNX_MAX_OPSET
+# 23); model code that writes its ONNX itself is held to the same range. onnxruntime 1.32 loads
+# all of them.
 OPSETS = (7, 23)
-MAX_TENSOR_BYTES = 2 << 30   # one graph input/output above 2 GiB: an ONNX protobuf cannot even hold it
+# one graph input/output above 2 GiB: an ONNX protobuf cannot even hold it
+MAX_TENSOR_BYTES = 2 << 30
 DTYPE_BYTES = {"float32": 4, "float16": 2, "int32": 4}
 
 
 
 @dataclass(frozen=True)
 class Tensor:
-    """One declared graph input or output: name, static shape, dtype and which axis (if any) is the batch."""
+    """One declared graph input or output: name, static shape, dtype and which axis (if any)
+    is the batch."""
 
     name: str
     shape: tuple[int, ...]
@@ -69,17 +76,21 @@ class Graph:
     calibration: int       # w8a16: how many real samples calibrate the quantization (0 for fp16)
     inputs: tuple[Tensor, ...]
     outputs: tuple[Tensor, ...]
-    # Where the ONNX comes from when not from the model code's export(): ("command", argv, reads, cwd)
-    # for an external exporter (icefall, NeMo wrappers), or ("onnx", path, sha256, origin) for a given file.
+    # Where the ONNX comes from when not from the model code's export(): ("command", argv, reads,
+    # cwd) for an external exporter (icefall, NeMo wrappers), or ("onnx", path, sha256, origin) for
+    # a given file.
     source: tuple | None = None
-    # [graphs.<g>.compile]: this graph's own compiler options as declared (e.g. ep_options = {...});
-    # the model's compiler checks the names and values at load (compilers/*/__init__.py spec_problems)
+    # [graphs.<g>.compile]: this graph's own compiler options as declared (e.g. ep_options =
+    # {...}); the model's compiler checks the names and values at load
+    # (compilers/*/__init__.py spec_problems)
     compile: Settings = Settings(())
-    # spec/streams.py: per-output checks, state pairs {output: input} and the stream geometry ({} = none)
+    # spec/streams.py: per-output checks, state pairs {output: input} and the stream geometry
+    # ({} = none)
     checks: Settings = Settings(())
     state: Settings = Settings(())
     stream: Settings = Settings(())
-    # rewrite = "auto" or [rule names] (toolchain/rewrites): legalizing rewrites of the simplified ONNX; () = none
+    # rewrite = "auto" or [rule names] (toolchain/rewrites): legalizing rewrites of the simplified
+    # ONNX; () = none
     rewrite: str | tuple[str, ...] = ()
 
 
@@ -113,11 +124,16 @@ class Model:
     metric: Settings
     graphs: tuple[Graph, ...]
     bundle_name: str = ""  # the name in bundle file names (sherpa-onnx's), when not the model's
-    uses: tuple[str, ...] = ()   # other model-code files the module imports (dependencies of its tasks)
-    requires: Settings = Settings(())   # the model code's own packages: {requirement as written: installed version}
-    qairt: tuple[str, ...] = ()   # the QAIRT families it builds, resolved by project.py; () = the build's own only
-    verify_written: tuple[str, ...] = ()   # the [verify] bounds the spec writes (the others are defaults)
-    windows: Settings = Settings(())   # [windows]: sizes, unit, graphs, axes (spec/windows.py); () = none
+    # other model-code files the module imports (dependencies of its tasks)
+    uses: tuple[str, ...] = ()
+    # the model code's own packages: {requirement as written: installed version}
+    requires: Settings = Settings(())
+    # the QAIRT families it builds, resolved by project.py; () = the build's own only
+    qairt: tuple[str, ...] = ()
+    # the [verify] bounds the spec writes (the others are defaults)
+    verify_written: tuple[str, ...] = ()
+    # [windows]: sizes, unit, graphs, axes (spec/windows.py); () = none
+    windows: Settings = Settings(())
 
     @property
     def code_files(self) -> list[str]:

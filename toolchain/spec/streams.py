@@ -1,12 +1,15 @@
 """A graph's per-output checks, its state pairs and its stream geometry, read from [graphs.<g>].
 
   checks.<output> = { max_abs = 0.05 }                       absolute tolerance (a probability)
-  checks.<output> = { max_rel = 0.02, min_cosine = 0.999 }   relative to the output's range, and/or direction
-  checks.<output> = { judged_by = "metric", reason = "..." } no tensor bound: the task metric decides
-  state = { new_state = "state" }                            output -> the input it feeds on the next call
+  checks.<output> = { max_rel = 0.02, min_cosine = 0.999 }   relative to the output's range, and/or
+  direction checks.<output> = { judged_by = "metric", reason = "..." } no tensor bound: the task
+  metric decides state = { new_state = "state" }                            output -> the input it
+  feeds on the next call
   stream = { input = "x", axis = 1, chunk = 512, hop = 512, context = 64 }
-  stream = { from = "g1", step = "to_time", input = "y", ... }   the stream is the model code's host step
-                                                               to_time(calls of g1, sample) on g1's outputs
+  stream = { from = "g1", step = "to_time", input = "y", ... }   the stream is the model
+  code's host step
+                                                               to_time(calls of g1, sample)
+                                                               on g1's outputs
 
 An output without checks keeps the model's [verify] bounds (nothing about it changes)."""
 from __future__ import annotations
@@ -16,7 +19,8 @@ JUDGES = ("metric",)
 
 
 def checks(t, outputs) -> dict:
-    """{output: {bound: value} or {"judged_by": "metric", "reason": ...}} for the outputs given checks."""
+    """{output: {bound: value} or {"judged_by": "metric", "reason": ...}} for the
+    outputs given checks."""
     names = [o.name for o in outputs]
     found = {}
     for name in t.data:
@@ -33,8 +37,11 @@ def checks(t, outputs) -> dict:
                 c.fail("reason", "say why the tensor is not checked (it goes into the manifest)")
             bounds = [k for k in CHECK_BOUNDS if k in c.data]
             if bounds:
-                c.fail(bounds[0], f"judged_by = \"{judge}\" and a bound exclude each other: the output is "
-                                  f"either checked as a tensor or by the metric")
+                c.fail(
+                    bounds[0],
+                    f'judged_by = "{judge}" and a bound exclude each other: the output is '
+                    f"either checked as a tensor or by the metric",
+                )
             found[name] = {"judged_by": judge, "reason": reason}
         else:
             entry = {}
@@ -42,7 +49,11 @@ def checks(t, outputs) -> dict:
                 if key in c.data:
                     entry[key] = c.number(key, 0.0)
             if not entry:
-                c.fail("", "give max_abs, max_rel and/or min_cosine, or judged_by = \"metric\" with a reason")
+                c.fail(
+                    "",
+                    "give max_abs, max_rel and/or min_cosine, "
+                    'or judged_by = "metric" with a reason',
+                )
             if entry.get("min_cosine", 0) > 1:
                 c.fail("min_cosine", f"a cosine similarity is at most 1, got {entry['min_cosine']}")
             found[name] = entry
@@ -59,27 +70,36 @@ def state(t, inputs, outputs) -> dict:
         if out not in outs:
             t.fail(out, f"no output {out!r} in this graph (outputs: {', '.join(outs)})")
         if not isinstance(fed, str) or fed not in ins:
-            t.fail(out, f"expected the name of the input it feeds, one of {', '.join(ins)}; got {fed!r}")
+            t.fail(
+                out,
+                f"expected the name of the input it feeds, one of {', '.join(ins)}; got {fed!r}",
+            )
         if fed in pairs.values():
             t.fail(out, f"input {fed!r} is fed by two outputs")
         a, b = outs[out], ins[fed]
         if (a.shape, a.dtype) != (b.shape, b.dtype):
-            t.fail(out, f"output {out} {list(a.shape)} {a.dtype} cannot feed input {fed} {list(b.shape)} {b.dtype}: "
-                        f"a state pair has one shape and dtype")
+            t.fail(
+                out,
+                f"output {out} {list(a.shape)} {a.dtype} cannot feed input {fed} {list(b.shape)} "
+                f"{b.dtype}: "
+                f"a state pair has one shape and dtype",
+            )
         pairs[out] = fed
     t.used.update(t.data)
     return pairs
 
 
 def stream(t, inputs, pairs: dict) -> dict:
-    """How a stream is cut into calls: call i reads [i*hop - context, i*hop + chunk) along `axis` of the
-    stream input (zeros outside the stream); every other input is a state."""
+    """How a stream is cut into calls: call i reads [i*hop - context, i*hop + chunk) along `axis` of
+    the stream input (zeros outside the stream); every other input is a state."""
     ins = {i.name: i for i in inputs}
     name = t.req("input", str)
     if name not in ins:
         t.fail("input", f"no input {name!r} in this graph (inputs: {', '.join(ins)})")
     if name in pairs.values():
-        t.fail("input", f"{name!r} is a state input (fed by an output); the stream input is the data")
+        t.fail(
+            "input", f"{name!r} is a state input (fed by an output); the stream input is the data"
+        )
     shape = ins[name].shape
     axis = t.req("axis", int)
     if not 0 <= axis < len(shape):
@@ -93,17 +113,24 @@ def stream(t, inputs, pairs: dict) -> dict:
             t.fail(key, f"expected an integer >= {minimum}, got {value!r}")
         geometry[key] = value
     if geometry["context"] + geometry["chunk"] != shape[axis]:
-        t.fail("chunk", f"context {geometry['context']} + chunk {geometry['chunk']} must be the size of "
-                        f"{name} on axis {axis} ({shape[axis]})")
-    if "from" in t.data or "step" in t.data:   # another graph's outputs, through a host step (checked across graphs
+        t.fail(
+            "chunk",
+            f"context {geometry['context']} + chunk {geometry['chunk']} must be the size of "
+            f"{name} on axis {axis} ({shape[axis]})",
+        )
+    # another graph's outputs, through a host step (checked across graphs
+    if "from" in t.data or "step" in t.data:
         upstream, step = t.req("from", str), t.req("step", str)   # by spec/__init__.py)
         if not step.isidentifier():
             t.fail("step", f"{step!r}: the name of a function in the model's module")
         geometry.update({"from": upstream, "step": step})
     others = [i for i in ins if i != name and i not in pairs.values()]
     if others:
-        t.fail("input", f"input(s) {', '.join(others)} are neither the stream nor fed by a state output: "
-                        f"declare them in state = {{ <output> = \"<input>\" }}")
+        t.fail(
+            "input",
+            f"input(s) {', '.join(others)} are neither the stream nor fed by a state output: "
+            f'declare them in state = {{ <output> = "<input>" }}',
+        )
     t.done()
     return geometry
 

@@ -1,5 +1,5 @@
-"""A spec's TOML table that knows its file and dotted location (every mistake one line naming file and field),
-and the read-only Settings records are made of."""
+"""A spec's TOML table that knows its file and dotted location (every mistake one line naming file
+and field), and the read-only Settings records are made of."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,8 @@ from toolchain.errors import SpecError
 
 
 class Settings(Mapping):
-    """A read-only table of a model's settings ([export], [compile], ...): model.compile["optimization"]."""
+    """A read-only table of a model's settings ([export], [compile], ...):
+    model.compile["optimization"]."""
 
     def __init__(self, items):
         self._items = dict(items)
@@ -66,14 +67,17 @@ class Table:
         value = self.data[key]
         kinds = kind if isinstance(kind, tuple) else (kind,)
         if not isinstance(value, kind) or (isinstance(value, bool) and bool not in kinds):
-            names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            names = (
+                kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            )
             self.fail(key, f"expected {names}, got {value!r}")
         if choices is not None and value not in choices:
             self.fail(key, f"expected one of {', '.join(map(str, choices))}, got {value!r}")
         return value
 
     def number(self, key: str, default: float, minimum: float = 0.0) -> float:
-        """A finite number >= minimum (a threshold: NaN would let everything pass, and JSON cannot hold it)."""
+        """A finite number >= minimum (a threshold: NaN would let everything pass, and JSON
+        cannot hold it)."""
         value = float(self.opt(key, (int, float), default))
         if not math.isfinite(value) or value < minimum:
             self.fail(key, f"expected a finite number >= {minimum:g}, got {self.data[key]!r}")
@@ -89,19 +93,25 @@ class Table:
             if key not in self.used:
                 import difflib  # for an error's suggestion only: not at every load
                 close = difflib.get_close_matches(key, self.used, n=1)
-                hint = f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(sorted(self.used))}"
+                hint = (
+                    f"; did you mean '{close[0]}'?"
+                    if close
+                    else f"; known: {', '.join(sorted(self.used))}"
+                )
                 self.fail(key, f"unknown key{hint}")
 
 
 def near(here: Path, written: str) -> str:
-    """'; did you mean "data/photos"?' for a path a spec writes (relative to `here`) that does not exist, or ''."""
+    """'; did you mean "data/photos"?' for a path a spec writes (relative to `here`) that does not
+    exist, or ''."""
     guess = closest_path(here, written)
     return f'; did you mean "{guess}"?' if guess else ""
 
 
 def closest_path(here: Path, written: str) -> str:
-    """The path a spec meant by one that does not exist: its first missing part replaced by the closest name in the
-    folder that holds it (the rest kept), when that path exists; '' when nothing is close."""
+    """The path a spec meant by one that does not exist: its first missing part replaced by the
+    closest name in the folder that holds it (the rest kept), when that path exists; '' when
+    nothing is close."""
     import difflib  # for an error's suggestion only: not at every load
     parts = Path(written).parts
     for i, part in enumerate(parts):

@@ -1,14 +1,16 @@
-"""Where a compiled graph departs from the CPU: the first op whose output is off beyond the verify threshold.
+"""Where a compiled graph departs from the CPU: the first op whose output is off beyond
+the verify threshold.
 
-`doit diagnose:<model>@<CHIP>` (on demand; a failed verify names the command). For every graph, on the
-same real input verify uses, the graph is cut after one op at a time (onnx's Extractor: graph inputs ->
-that op's output), the piece compiled and run by the model's compiler on the simulator exactly as the
-whole graph is, and compared with the same piece on the CPU. The search follows the data: a bisection over
-the ops the bad tensor is computed from, then the op found is held to its own feeders (a bad feeder on another
-branch moves the search there), so a graph of N ops costs about log2(N) + a few compiles; the op named is
-then run alone on the CPU's values of its inputs, which confirms the fault is its own. Reported per graph: op
-name and type, the tensor where it starts, its error, the op before it still within the threshold and the lone
-op's error; in the task's output and build/<model>/<toolchain>/<chip>/diagnose.json."""
+`doit diagnose:<model>@<CHIP>` (on demand; a failed verify names the command). For every graph, on
+the same real input verify uses, the graph is cut after one op at a time (onnx's Extractor: graph
+inputs -> that op's output), the piece compiled and run by the model's compiler on the simulator
+exactly as the whole graph is, and compared with the same piece on the CPU. The search follows the
+data: a bisection over the ops the bad tensor is computed from, then the op found is held to its own
+feeders (a bad feeder on another branch moves the search there), so a graph of N ops costs about
+log2(N) + a few compiles; the op named is then run alone on the CPU's values of its inputs, which
+confirms the fault is its own. Reported per graph: op name and type, the tensor where it starts, its
+error, the op before it still within the threshold and the lone op's error; in the task's output and
+build/<model>/<toolchain>/<chip>/diagnose.json."""
 from __future__ import annotations
 
 import math
@@ -37,43 +39,74 @@ def tasks(project: Project):
         compiler = project.compiler(model)
         cut = pieces(model, compiler, chip)
         if not cut:
-            continue   # a compiler or precision that cannot compile cut pieces (the task would do nothing)
+            # a compiler or precision that cannot compile cut pieces (the task would do nothing)
+            continue
         graphs = {g.name: artifacts.simplified(model, g) for g in model.graphs}
         thresholds = {g.name: threshold(model, g) for g in model.graphs}
-        out, log = artifacts.diagnosis(model, chip), artifacts.diagnosis(model, chip)[:-len(".json")] + ".log"
-        kwargs = {"module_file": model.module_file, "graphs": graphs, "data_dir": model.data_dir,
-                  "clips": list(model.verify["clips"]), "io": {g.name: io_record(g) for g in model.graphs},
-                  "pieces": cut, "thresholds": thresholds, "out": out,
-                  "spec": model.spec_file}
-        yield {"name": f"{model.name}@{chip.tag}",
-               "doc": f"{model.name} on {chip.name}: the first op whose simulator output departs from the CPU",
-               "file_dep": [*model.code_files, *graphs.values(), *project.data_files(model),
-                            *compiler.tool_files(chip)],
-               "targets": [out, log], "clean": True,
-               "actions": [(run, (locate, kwargs, log)), (in_process, (summary, out))],
-               "uptodate": [config_changed({"thresholds": thresholds, "clips": list(model.verify["clips"]),
-                                            **compiler.verify_settings(model, chip, "default")})]}
+        out, log = (
+            artifacts.diagnosis(model, chip),
+            artifacts.diagnosis(model, chip)[: -len(".json")] + ".log",
+        )
+        kwargs = {
+            "module_file": model.module_file,
+            "graphs": graphs,
+            "data_dir": model.data_dir,
+            "clips": list(model.verify["clips"]),
+            "io": {g.name: io_record(g) for g in model.graphs},
+            "pieces": cut,
+            "thresholds": thresholds,
+            "out": out,
+            "spec": model.spec_file,
+        }
+        yield {
+            "name": f"{model.name}@{chip.tag}",
+            "doc": f"{model.name} on {chip.name}: the first op whose simulator output departs from "
+                   "the CPU",
+            "file_dep": [
+                *model.code_files,
+                *graphs.values(),
+                *project.data_files(model),
+                *compiler.tool_files(chip),
+            ],
+            "targets": [out, log],
+            "clean": True,
+            "actions": [(run, (locate, kwargs, log)), (in_process, (summary, out))],
+            "uptodate": [
+                config_changed(
+                    {
+                        "thresholds": thresholds,
+                        "clips": list(model.verify["clips"]),
+                        **compiler.verify_settings(model, chip, "default"),
+                    }
+                )
+            ],
+        }
 
 
 def pieces(model: Model, compiler: Compiler, chip: Chip) -> dict | None:
-    """{graph: [factory, kwargs]} compiling a cut of each graph (compiler.piece_runner), or None when the
-    compiler cannot for some graph."""
+    """{graph: [factory, kwargs]} compiling a cut of each graph (compiler.piece_runner), or None
+    when the compiler cannot for some graph."""
     found = {g.name: compiler.piece_runner(model, g, chip) for g in model.graphs}
     return {g: list(p) for g, p in found.items() if p} if all(found.values()) else None
 
 
 def threshold(model, graph) -> dict:
     """The verify stage's limits for one graph."""
-    return {"max_rel": graph.precision.max_rel(model.verify), "min_cosine": model.verify["min_cosine"]}
+    return {
+        "max_rel": graph.precision.max_rel(model.verify),
+        "min_cosine": model.verify["min_cosine"],
+    }
 
 
-AUTO_OPS = 300   # a failed verify bisects graphs up to this many cut points itself (~log2(N)+1 small compiles)
+# a failed verify bisects graphs up to this many cut points itself (~log2(N)+1 small compiles)
+AUTO_OPS = 300
 
 
 def after_failure(graphs: dict, failing: list, pieces: dict, thresholds: dict) -> list[str]:
-    """For a failed verify: each failing output of a graph small enough, bisected on the spot along that
-    output's own ops, on the feeds of the call that failed (its finding joins the failure message); a
-    larger graph is left to `doit diagnose:` (the message names it). `failing`: [(graph, output, feeds)]."""
+    """For a failed verify: each failing output of a graph small enough, bisected on the spot along
+    that output's own ops, on the feeds of the call that failed (its finding joins the failure
+    message); a larger graph is left to `doit diagnose:` (the message names it). `failing`:
+    [(graph, output, feeds)]."""
     import onnx
     found, done = [], set()
     with tempfile.TemporaryDirectory(prefix="diagnose-") as scratch:
@@ -86,17 +119,35 @@ def after_failure(graphs: dict, failing: list, pieces: dict, thresholds: dict) -
                 continue
             factory, kwargs = pieces[name]
             try:
-                result = bisect(model, feeds, lambda piece: factory(piece=piece, **kwargs), thresholds[name],
-                                os.path.join(scratch, f"{name}-{len(done)}"), output)
-            except Exception as err:   # the verify failure stays the message; the bisection is a bonus
-                found.append(f"{name}/{output}: not bisected ({type(err).__name__}: {str(err)[:200]})")
+                result = bisect(
+                    model,
+                    feeds,
+                    lambda piece: factory(piece=piece, **kwargs),
+                    thresholds[name],
+                    os.path.join(scratch, f"{name}-{len(done)}"),
+                    output,
+                )
+            # the verify failure stays the message; the bisection is a bonus
+            except Exception as err:
+                found.append(
+                    f"{name}/{output}: not bisected ({type(err).__name__}: {str(err)[:200]})"
+                )
                 continue
             found.append(f"{name}/{output}: {_line(result)}")
     return found
 
 
-def locate(module_file: str, graphs: dict, data_dir, clips: list, io: dict, pieces: dict, thresholds: dict,
-           out: str, spec: str = ""):
+def locate(
+    module_file: str,
+    graphs: dict,
+    data_dir,
+    clips: list,
+    io: dict,
+    pieces: dict,
+    thresholds: dict,
+    out: str,
+    spec: str = "",
+):
     import onnx
     module = load_module(module_file)
     cpu = {name: modeldata.cpu(path) for name, path in graphs.items()}
@@ -107,18 +158,26 @@ def locate(module_file: str, graphs: dict, data_dir, clips: list, io: dict, piec
         for name, path in graphs.items():
             factory, kwargs = pieces[name]
             onnx_model = onnx.load(path)
-            record[name] = bisect(onnx_model, feeds[name][0], lambda piece: factory(piece=piece, **kwargs),
-                                  thresholds[name], os.path.join(scratch, name))
+            record[name] = bisect(
+                onnx_model,
+                feeds[name][0],
+                lambda piece: factory(piece=piece, **kwargs),
+                thresholds[name],
+                os.path.join(scratch, name),
+            )
             print(f"{name}: {_line(record[name])}", flush=True)
     write_json(out, measures.finite(record))
 
 
-def bisect(onnx_model, feeds: dict, compile_piece, limits: dict, scratch: str, output: str | None = None) -> dict:
-    """The first op whose output is beyond `limits` on the compiled piece, following the data: a bisection over
-    the ops the bad tensor is computed from (graph order is no chain: another branch's ops sit between), then the
-    bad op's own feeders asked; a bad feeder moves the search up its ancestors, until an op whose feeders are all
-    within. That op is then run alone on the CPU's values of its inputs (confirmed, or said to need neighbours).
-    With `output`, among the ops that output depends on only (the failing output, not another)."""
+def bisect(
+    onnx_model, feeds: dict, compile_piece, limits: dict, scratch: str, output: str | None = None
+) -> dict:
+    """The first op whose output is beyond `limits` on the compiled piece, following the data: a
+    bisection over the ops the bad tensor is computed from (graph order is no chain: another
+    branch's ops sit between), then the bad op's own feeders asked; a bad feeder moves the search up
+    its ancestors, until an op whose feeders are all within. That op is then run alone on the CPU's
+    values of its inputs (confirmed, or said to need neighbours). With `output`, among the ops that
+    output depends on only (the failing output, not another)."""
     import onnx
     started = time.monotonic()
     points = cut_points(onnx_model, output)
@@ -128,24 +187,34 @@ def bisect(onnx_model, feeds: dict, compile_piece, limits: dict, scratch: str, o
 
     def bad(i: int):
         if i not in checked:
-            checked[i] = measure(onnx_model, points[i], feeds, compile_piece, f"{scratch}/{i}", onnx)
+            checked[i] = measure(
+                onnx_model, points[i], feeds, compile_piece, f"{scratch}/{i}", onnx
+            )
         result = checked[i]
         if "error" in result:
             return None
-        return result["max_rel"] > limits["max_rel"] or result["cosine"] < (limits.get("min_cosine") or -1)
+        return result["max_rel"] > limits["max_rel"] or result["cosine"] < (
+            limits.get("min_cosine") or -1
+        )
 
     last = len(points) - 1
     whole = bad(last)
     found = {"limits": limits, "ops": len(points), "compiles": 0}
     if whole is False:
-        found.update(first_divergent=None, verdict="every output is within the limits on this input")
+        found.update(
+            first_divergent=None, verdict="every output is within the limits on this input"
+        )
     else:
         lo, hi = _follow(onnx_model, points, bad, last)
         found["first_divergent"] = {**points[hi], **checked[hi]}
         found["last_within"] = {**points[lo], **checked[lo]} if lo >= 0 else None
-        found["verdict"] = (f"op {points[hi]['op']} ({points[hi]['op_type']}) is the first whose output "
-                            f"{points[hi]['tensor']} departs from the CPU")
-        found["alone"] = alone(onnx_model, points[hi], feeds, compile_piece, f"{scratch}/alone", onnx)
+        found["verdict"] = (
+            f"op {points[hi]['op']} ({points[hi]['op_type']}) is the first whose output "
+            f"{points[hi]['tensor']} departs from the CPU"
+        )
+        found["alone"] = alone(
+            onnx_model, points[hi], feeds, compile_piece, f"{scratch}/alone", onnx
+        )
     found["compiles"] = len(checked) + (1 if "alone" in found else 0)
     found["checked"] = [{**points[i], **checked[i]} for i in sorted(checked)]
     found["seconds"] = round(time.monotonic() - started, 1)
@@ -153,8 +222,9 @@ def bisect(onnx_model, feeds: dict, compile_piece, limits: dict, scratch: str, o
 
 
 def _follow(onnx_model, points: list[dict], bad, hi: int) -> tuple[int, int]:
-    """(last within, first bad) point indices: bisect the bad point's ancestors; while the op found has a bad
-    feeder, start again from that feeder (each round searches a strictly smaller set of ancestors)."""
+    """(last within, first bad) point indices: bisect the bad point's ancestors; while the op
+    found has a bad feeder, start again from that feeder (each round searches a strictly smaller
+    set of ancestors)."""
     at = {p["index"]: i for i, p in enumerate(points)}
     while True:
         above = _ancestors(onnx_model, points[hi]["tensor"])
@@ -168,8 +238,10 @@ def _follow(onnx_model, points: list[dict], bad, hi: int) -> tuple[int, int]:
 
 
 def _transition(order: list[int], bad) -> tuple[int, int]:
-    """Bisect `order` (point indices, the last one known bad) for a good point followed by a bad one."""
-    lo, hi = -1, len(order) - 1   # positions: lo last known good (-1: the inputs), hi first known bad
+    """Bisect `order` (point indices, the last one known bad) for a good point followed by
+    a bad one."""
+    # positions: lo last known good (-1: the inputs), hi first known bad
+    lo, hi = -1, len(order) - 1
     while hi - lo > 1:
         mid = (lo + hi) // 2
         verdict, probe = bad(order[mid]), mid
@@ -183,8 +255,9 @@ def _transition(order: list[int], bad) -> tuple[int, int]:
 
 
 def alone(onnx_model, point: dict, feeds: dict, compile_piece, folder: str, onnx) -> dict:
-    """The op of `point` as a graph of its own, fed the CPU's values of its inputs: its error on the compiler
-    against the CPU (the fault is the op's own), or {"error"} when the lone op does not compile."""
+    """The op of `point` as a graph of its own, fed the CPU's values of its inputs: its error
+    on the compiler against the CPU (the fault is the op's own), or {"error"} when the lone op
+    does not compile."""
     os.makedirs(folder, exist_ok=True)
     node = onnx_model.graph.node[point["index"]]
     constants = {t.name: t for t in onnx_model.graph.initializer}
@@ -201,11 +274,20 @@ def alone(onnx_model, point: dict, feeds: dict, compile_piece, folder: str, onnx
     onnx.save(probe, f"{folder}/inputs.onnx")
     inputs = {i.name: feeds[i.name] for i in onnx_model.graph.input if i.name in feeds}
     values = {**modeldata.cpu(f"{folder}/inputs.onnx")(inputs), **inputs}
-    graph = onnx.helper.make_graph([node], "alone", [infos[i] for i in wanted], [infos[point["tensor"]]],
-                                   initializer=[constants[i] for i in node.input if i in constants])
+    graph = onnx.helper.make_graph(
+        [node],
+        "alone",
+        [infos[i] for i in wanted],
+        [infos[point["tensor"]]],
+        initializer=[constants[i] for i in node.input if i in constants],
+    )
     piece = f"{folder}/alone.onnx"
-    onnx.save(onnx.helper.make_model(graph, opset_imports=onnx_model.opset_import, ir_version=onnx_model.ir_version),
-              piece)
+    onnx.save(
+        onnx.helper.make_model(
+            graph, opset_imports=onnx_model.opset_import, ir_version=onnx_model.ir_version
+        ),
+        piece,
+    )
     fed = {i: values[i] for i in wanted}
     want = modeldata.cpu(piece)(fed)[point["tensor"]]
     try:
@@ -217,8 +299,9 @@ def alone(onnx_model, point: dict, feeds: dict, compile_piece, folder: str, onnx
 
 
 def cut_points(onnx_model, output: str | None = None) -> list[dict]:
-    """Each op's first float output that depends on a graph input, in graph (topological) order; with
-    `output`, only the ops that output is computed from (ending with the op that produces it)."""
+    """Each op's first float output that depends on a graph input, in graph (topological)
+    order; with `output`, only the ops that output is computed from (ending with the op
+    that produces it)."""
     import onnx
     needed = _ancestors(onnx_model, output) if output else None
     inferred = onnx.shape_inference.infer_shapes(onnx_model)
@@ -235,7 +318,14 @@ def cut_points(onnx_model, output: str | None = None) -> list[dict]:
         tensor = (output if output in node.output
                   else next((o for o in node.output if o and types.get(o) in FLOATS), None))
         if tensor:
-            points.append({"index": index, "op": node.name or f"#{index}", "op_type": node.op_type, "tensor": tensor})
+            points.append(
+                {
+                    "index": index,
+                    "op": node.name or f"#{index}",
+                    "op_type": node.op_type,
+                    "tensor": tensor,
+                }
+            )
     return points
 
 
@@ -277,7 +367,9 @@ def _producers(onnx_model, node) -> set[int]:
 def _inputs_of(onnx_model, tensor: str) -> list[str]:
     """The graph inputs `tensor` depends on."""
     producer = {o: n for n in onnx_model.graph.node for o in n.output}
-    graph_inputs = {i.name for i in onnx_model.graph.input} - {t.name for t in onnx_model.graph.initializer}
+    graph_inputs = {i.name for i in onnx_model.graph.input} - {
+        t.name for t in onnx_model.graph.initializer
+    }
     seen, stack, found = set(), [tensor], []
     while stack:
         name = stack.pop()
@@ -292,7 +384,10 @@ def _inputs_of(onnx_model, tensor: str) -> list[str]:
 
 
 def _rounded(errors: measures.TensorErrors) -> dict[str, float]:
-    return {k: (round(v, 6) if math.isfinite(v) else v) for k, v in cast(dict[str, float], errors).items()}
+    return {
+        k: (round(v, 6) if math.isfinite(v) else v)
+        for k, v in cast(dict[str, float], errors).items()
+    }
 
 
 def _line(found: dict) -> str:
@@ -304,15 +399,19 @@ def _line(found: dict) -> str:
     within = found.get("last_within")
     before = f"; the op before it, {within['op']} ({within['op_type']}), is within" if within else \
         "; it is the first op on the input"
-    # diagnose cuts fp16 graphs only (pieces()): a limit below fp16's step is said before any op is named
+    # diagnose cuts fp16 graphs only (pieces()): a limit below fp16's step is said before any
+    # op is named
     tight = measures.beyond_precision({"max_rel": found["limits"]["max_rel"]}, "fp16")
-    return (f"{tight + '; then: ' if tight else ''}{found['verdict']}{tail} (limit {found['limits']['max_rel']})"
-            f"{before}{_alone(found, bool(tight))} [{found['compiles']} compiles]")
+    return (
+        f"{tight + '; then: ' if tight else ''}{found['verdict']}{tail} (limit "
+        f"{found['limits']['max_rel']})"
+        f"{before}{_alone(found, bool(tight))} [{found['compiles']} compiles]"
+    )
 
 
 def _alone(found: dict, tight: bool = False) -> str:
-    """What the op did on its own, fed the CPU's values of its inputs (`tight`: the limit is below fp16's step, so
-    an op off alone is fp16's rounding, not the op's fault)."""
+    """What the op did on its own, fed the CPU's values of its inputs (`tight`: the limit is below
+    fp16's step, so an op off alone is fp16's rounding, not the op's fault)."""
     lone = found.get("alone")
     if not lone:
         return ""
@@ -321,10 +420,18 @@ def _alone(found: dict, tight: bool = False) -> str:
     wrong = float(lone["max_rel"]) > found["limits"]["max_rel"] or \
         float(lone["cosine"]) < (found["limits"].get("min_cosine") or -1)
     if wrong and tight:
-        return (f"; alone, fed the CPU's inputs, it is off too (max error {float(lone['max_rel']):.3g}): fp16's own "
-                "rounding, which the limit does not allow for")
-    return (f"; alone, fed the CPU's inputs, it is wrong too (max error {float(lone['max_rel']):.3g}): the op's own "
-            "fault" if wrong else "; alone, fed the CPU's inputs, it is within: the fault needs its neighbours")
+        return (
+            "; alone, fed the CPU's inputs, it is off too (max error "
+            f"{float(lone['max_rel']):.3g}): fp16's own "
+            "rounding, which the limit does not allow for"
+        )
+    return (
+        f"; alone, fed the CPU's inputs, it is wrong too (max error {float(lone['max_rel']):.3g}): "
+        "the op's own "
+        "fault"
+        if wrong
+        else "; alone, fed the CPU's inputs, it is within: the fault needs its neighbours"
+    )
 
 
 def summary(out: str) -> None:

@@ -17,23 +17,39 @@ from toolchain.stages import Project, parity, simplify
 
 # What the binary's own config string says about the request (the full string is in *.compile.json).
 CONFIG_KEYS = ("soc_type", "arch", "vtcm_size", "relaxed_precision_flag", "OpO", "hvx_threads")
-SECTIONS = {"parity", "exports", "inspect", "compile", "verify"}   # the records every compiler's manifest reads
+# the records every compiler's manifest reads
+SECTIONS = {"parity", "exports", "inspect", "compile", "verify"}
 
 
 def tasks(project: Project):
     for model, chip in project.model_chips():
         sources = _sources(project, model, chip)
-        meta: dict[str, Any] = {"model": model.name, "description": model.description, "license": dict(model.license),
-                "checkpoint": {"origin": model.checkpoint.origin, "sha256": model.checkpoint.sha256,
-                               "format": model.checkpoint.format} if model.checkpoint else
-                {"origin": "the graphs' declared sources",
-                 "sources": {g.name: list(g.source or ()) for g in model.graphs}},
-                "chip": {**chip.record(), "marketing": chip.marketing}, "toolchain": model.compiler,
-                "precision": {g.name: g.precision for g in model.graphs},
-                "tools": {"simplify": simplify.tool_version(), "compiler": project.compiler(model).identity(chip)},
-                "runtime_libraries": project.compiler(model).runtime_libraries(chip)}
+        meta: dict[str, Any] = {
+            "model": model.name,
+            "description": model.description,
+            "license": dict(model.license),
+            "checkpoint": {
+                "origin": model.checkpoint.origin,
+                "sha256": model.checkpoint.sha256,
+                "format": model.checkpoint.format,
+            }
+            if model.checkpoint
+            else {
+                "origin": "the graphs' declared sources",
+                "sources": {g.name: list(g.source or ()) for g in model.graphs},
+            },
+            "chip": {**chip.record(), "marketing": chip.marketing},
+            "toolchain": model.compiler,
+            "precision": {g.name: g.precision for g in model.graphs},
+            "tools": {
+                "simplify": simplify.tool_version(),
+                "compiler": project.compiler(model).identity(chip),
+            },
+            "runtime_libraries": project.compiler(model).runtime_libraries(chip),
+        }
         own = {g.name: plain(g.compile) for g in model.graphs if g.compile}
-        if own:   # declared only: a model without them keeps its manifest (and bundles) as they were
+        # declared only: a model without them keeps its manifest (and bundles) as they were
+        if own:
             meta["compile_options"] = own
         if model.requires:
             meta["tools"]["model_code"] = dict(model.requires)
@@ -41,19 +57,30 @@ def tasks(project: Project):
         if streaming:   # the state contract an app drives the graph with
             meta["state_contract"] = streaming
         checks = {g.name: plain(g.checks) for g in model.graphs if g.checks}
-        if checks:   # per-output checks as declared, with the reason an output is judged by the metric
+        # per-output checks as declared, with the reason an output is judged by the metric
+        if checks:
             meta["output_checks"] = checks
-        if model.windows:   # which graphs run each input length, for the bundle's loop and the report
-            meta["windows"] = {"unit": model.windows["unit"], "route": plain(model.windows["route"]),
-                               "graphs": {str(s): g for s, g in by_size(model.windows).items()}}
+        # which graphs run each input length, for the bundle's loop and the report
+        if model.windows:
+            meta["windows"] = {
+                "unit": model.windows["unit"],
+                "route": plain(model.windows["route"]),
+                "graphs": {str(s): g for s, g in by_size(model.windows).items()},
+            }
         out = artifacts.manifest(model, chip)
-        yield {"name": f"{model.name}@{chip.tag}",
-               "doc": f"{model.name} on {chip.tag}: manifest (chip, SDK build id, checksums, numbers)",
-               "file_dep": [p for group in sources.values()
-                            for p in (group.values() if isinstance(group, dict) else [group])],
-               "targets": [out], "clean": True,
-               "actions": [(in_process, (write, meta, sources, out))],
-               "uptodate": [config_changed(meta)]}
+        yield {
+            "name": f"{model.name}@{chip.tag}",
+            "doc": f"{model.name} on {chip.tag}: manifest (chip, SDK build id, checksums, numbers)",
+            "file_dep": [
+                p
+                for group in sources.values()
+                for p in (group.values() if isinstance(group, dict) else [group])
+            ],
+            "targets": [out],
+            "clean": True,
+            "actions": [(in_process, (write, meta, sources, out))],
+            "uptodate": [config_changed(meta)],
+        }
 
 
 def _sources(project: Project, model, chip) -> dict:
@@ -62,44 +89,74 @@ def _sources(project: Project, model, chip) -> dict:
                "inspect": {g.name: artifacts.inspected(model, g) for g in model.graphs},
                "compile": {g.name: artifacts.compile_record(model, g, chip) for g in model.graphs},
                "verify": {"default": artifacts.verified(model, chip)}}
-    if parity.rewritten(model):   # the rewrites applied, the nodes they replaced, and their check on the CPU
-        sources["rewrites"] = {g.name: artifacts.rewrites_applied(model, g) for g in model.graphs if g.rewrite}
+    # the rewrites applied, the nodes they replaced, and their check on the CPU
+    if parity.rewritten(model):
+        sources["rewrites"] = {
+            g.name: artifacts.rewrites_applied(model, g) for g in model.graphs if g.rewrite
+        }
         sources["rewrite_check"] = {"cpu": artifacts.rewrite_check(model)}
-    if project.wants_full_tier(model, chip) and not project.runtime_gate(model):   # else: sherpa_full
+    # else: sherpa_full
+    if project.wants_full_tier(model, chip) and not project.runtime_gate(model):
         sources["verify"]["full"] = artifacts.verified(model, chip, "full")
-    return {**sources, **project.compiler(model).manifest_sources(model, chip)}   # e.g. QAIRT's model-lib records
+    # e.g. QAIRT's model-lib records
+    return {**sources, **project.compiler(model).manifest_sources(model, chip)}
 
 
 def write(meta: dict, sources: dict, out: str):
-    for tier, path in sources["verify"].items():   # a failed verify's record is the user's, not a release's
+    # a failed verify's record is the user's, not a release's
+    for tier, path in sources["verify"].items():
         if read_json(path).get("status") == "failed":
-            raise StageFailed(f"{path}: verify ({tier} tier) failed; its record says why (failures); no manifest "
-                              f"is written for binaries that did not pass")
+            raise StageFailed(
+                f"{path}: verify ({tier} tier) failed; its record says why (failures); no manifest "
+                f"is written for binaries that did not pass"
+            )
     compiled = {g: read_json(p) for g, p in sources["compile"].items()}
     exports = {g: read_json(p) for g, p in sources["exports"].items()}
     first = next(iter(compiled.values()))
-    record = {**meta,
-              "soc_id": meta["chip"]["soc_model"], "htp_arch": f"v{meta['chip']['htp_arch']}",
-              "sdk": {"build_id": first["info"].get("buildId"), "core_api": first["info"].get("coreApi"),
-                      "backend_api": first["info"].get("backendApi"), "tool": first["tool"]},
-              "export": {g: {"commit": e["commit"], "settings": e["settings"], "tool": e["tool"]}
-                         for g, e in exports.items()},
-              "binaries": {g: {"file": c["binary"], "context_model": c["context_model"], "sha256": c["sha256"],
-                               "bytes": c["bytes"], "compile_seconds": c["seconds"],
-                               "graph_name": c["info"]["graphs"][0]["name"], "options": c.get("options"),
-                               "config": {k: c["config"].get(k) for k in CONFIG_KEYS},
-                               "io": binary_io(c["info"])}
-                           for g, c in compiled.items()},
-              "graphs": {g: read_json(p) for g, p in sources["inspect"].items()},
-              "parity": read_json(sources["parity"]) if sources["parity"] else
-              {"skipped": "no PyTorch original ([parity] reference = \"none\")", "tensors": {}},
-              "verify": {tier: read_json(p) for tier, p in sources["verify"].items()}}
+    record = {
+        **meta,
+        "soc_id": meta["chip"]["soc_model"],
+        "htp_arch": f"v{meta['chip']['htp_arch']}",
+        "sdk": {
+            "build_id": first["info"].get("buildId"),
+            "core_api": first["info"].get("coreApi"),
+            "backend_api": first["info"].get("backendApi"),
+            "tool": first["tool"],
+        },
+        "export": {
+            g: {"commit": e["commit"], "settings": e["settings"], "tool": e["tool"]}
+            for g, e in exports.items()
+        },
+        "binaries": {
+            g: {
+                "file": c["binary"],
+                "context_model": c["context_model"],
+                "sha256": c["sha256"],
+                "bytes": c["bytes"],
+                "compile_seconds": c["seconds"],
+                "graph_name": c["info"]["graphs"][0]["name"],
+                "options": c.get("options"),
+                "config": {k: c["config"].get(k) for k in CONFIG_KEYS},
+                "io": binary_io(c["info"]),
+            }
+            for g, c in compiled.items()
+        },
+        "graphs": {g: read_json(p) for g, p in sources["inspect"].items()},
+        "parity": read_json(sources["parity"])
+        if sources["parity"]
+        else {"skipped": 'no PyTorch original ([parity] reference = "none")', "tensors": {}},
+        "verify": {tier: read_json(p) for tier, p in sources["verify"].items()},
+    }
     # What an app copies in and out per call (sherpa-onnx's QnnModel copies every tensor every call)
-    record["cost"] = {"io_bytes_per_call": {g: io_bytes(i["io"]) for g, i in record["graphs"].items()},
-                      "binary_bytes": {g: b["bytes"] for g, b in record["binaries"].items()}}
-    for section in sources.keys() - SECTIONS:   # a compiler's own records (Backend.manifest_sources)
+    record["cost"] = {
+        "io_bytes_per_call": {g: io_bytes(i["io"]) for g, i in record["graphs"].items()},
+        "binary_bytes": {g: b["bytes"] for g, b in record["binaries"].items()},
+    }
+    # a compiler's own records (Backend.manifest_sources)
+    for section in sources.keys() - SECTIONS:
         record[section] = {g: read_json(p) for g, p in sources[section].items()}
-    # first what a deployer needs: the build id and the QNN runtime that loads these binaries (the rest sorted)
+    # first what a deployer needs: the build id and the QNN runtime that loads these binaries
+    # (the rest sorted)
     lead = {"qnn_runtime": compat.requirement(record["sdk"]["build_id"])}
     write_json(out, {**lead, **_sorted(record)}, sort_keys=False)
 
@@ -109,11 +166,16 @@ def _sorted(value):
 
 
 def binary_io(info: dict) -> dict:
-    """The compiled graph's I/O as read back from the binary: name, shape, dtype, and the scale and offset
-    of a quantized (e.g. UFIXED_POINT_16) tensor, which an app must apply itself."""
+    """The compiled graph's I/O as read back from the binary: name, shape, dtype, and the scale and
+    offset of a quantized (e.g. UFIXED_POINT_16) tensor, which an app must apply itself."""
     graph = info["graphs"][0]
-    return {kind: [{k: t[k] for k in ("name", "shape", "dtype", "scale", "offset") if k in t} for t in graph[kind]]
-            for kind in ("inputs", "outputs")}
+    return {
+        kind: [
+            {k: t[k] for k in ("name", "shape", "dtype", "scale", "offset") if k in t}
+            for t in graph[kind]
+        ]
+        for kind in ("inputs", "outputs")
+    }
 
 
 def io_bytes(interface: dict) -> int:

@@ -1,6 +1,7 @@
-"""The spec's legalizing rewrites proven on the model's own data: every rewritten graph against its unrewritten self,
-both on onnxruntime's CPU, with the parity machinery (per-call tensors, free-running streams, the task metric) and
-the parity bound; once per model that declares any. A graph that departs names the rewrite that made it depart."""
+"""The spec's legalizing rewrites proven on the model's own data: every rewritten graph against its
+unrewritten self, both on onnxruntime's CPU, with the parity machinery (per-call tensors,
+free-running streams, the task metric) and the parity bound; once per model that declares any. A
+graph that departs names the rewrite that made it depart."""
 from __future__ import annotations
 
 import os
@@ -30,41 +31,86 @@ def tasks(project: Project):
                   for g in model.graphs}
         settings = {"max_abs": model.parity["max_abs"], "metric": dict(model.metric)}
         out, log = artifacts.rewrite_check(model), artifacts.rewrite_check_log(model)
-        kwargs = {"module_file": model.module_file, "graphs": graphs, "data_dir": model.data_dir,
-                  "settings": settings, "out": out, "io": {g.name: io_record(g) for g in model.graphs},
-                  "spec": model.spec_file, "streams": {g.name: {"geometry": dict(g.stream), "state": dict(g.state)}
-                                                       for g in model.graphs if g.stream}}
-        yield {"name": model.name,
-               "doc": f"{model.name}: rewritten graphs vs unrewritten on the CPU, on the model's data (max_abs "
-                      f"{settings['max_abs']})",
-               "file_dep": [*model.code_files, *(p for g in graphs.values() for p in g.values() if p),
-                            *project.data_files(model)],
-               "targets": [out, log], "clean": True,
-               "actions": [(run, (check, kwargs, log))],
-               "uptodate": [config_changed({"settings": settings, "tool": tool})]}
+        kwargs = {
+            "module_file": model.module_file,
+            "graphs": graphs,
+            "data_dir": model.data_dir,
+            "settings": settings,
+            "out": out,
+            "io": {g.name: io_record(g) for g in model.graphs},
+            "spec": model.spec_file,
+            "streams": {
+                g.name: {"geometry": dict(g.stream), "state": dict(g.state)}
+                for g in model.graphs
+                if g.stream
+            },
+        }
+        yield {
+            "name": model.name,
+            "doc": f"{model.name}: rewritten graphs vs unrewritten on the CPU, on the model's data "
+                   "(max_abs "
+            f"{settings['max_abs']})",
+            "file_dep": [
+                *model.code_files,
+                *(p for g in graphs.values() for p in g.values() if p),
+                *project.data_files(model),
+            ],
+            "targets": [out, log],
+            "clean": True,
+            "actions": [(run, (check, kwargs, log))],
+            "uptodate": [config_changed({"settings": settings, "tool": tool})],
+        }
 
 
-def check(module_file: str, graphs: dict, data_dir, settings: dict, out: str, io: dict, spec: str, streams: dict):
+def check(
+    module_file: str,
+    graphs: dict,
+    data_dir,
+    settings: dict,
+    out: str,
+    io: dict,
+    spec: str,
+    streams: dict,
+):
     module = load_module(module_file)
     applied = {g: read_json(p["applied"])["applied"] for g, p in graphs.items() if p["applied"]}
     before = {g: modeldata.cpu(p["unrewritten"] or p["rewritten"]) for g, p in graphs.items()}
     after = {g: modeldata.cpu(p["rewritten"]) for g, p in graphs.items()}
-    record, failures = parity.compare(module, module_file, lambda g, feeds: before[g](feeds),
-                                      lambda g, feeds: after[g](feeds), data_dir, io, streams,
-                                      {**settings, "reference": "unrewritten"}, f"{spec}: parity.max_abs")
+    record, failures = parity.compare(
+        module,
+        module_file,
+        lambda g, feeds: before[g](feeds),
+        lambda g, feeds: after[g](feeds),
+        data_dir,
+        io,
+        streams,
+        {**settings, "reference": "unrewritten"},
+        f"{spec}: parity.max_abs",
+    )
     record["applied"] = applied
     print(record)
     if failures:
         samples = modeldata.samples(module, data_dir)
-        feeds = stream.tensor_feeds(module, lambda g, f: before[g](f), samples[0] if samples else None, io, streams,
-                                    module_file)
-        raise StageFailed(f"{spec}: the rewrites change what the model computes (CPU, unrewritten vs rewritten): "
-                          + "; ".join(failures) + "; " + blame(graphs, applied, feeds, settings))
+        feeds = stream.tensor_feeds(
+            module,
+            lambda g, f: before[g](f),
+            samples[0] if samples else None,
+            io,
+            streams,
+            module_file,
+        )
+        raise StageFailed(
+            f"{spec}: the rewrites change what the model computes (CPU, unrewritten vs rewritten): "
+            + "; ".join(failures)
+            + "; "
+            + blame(graphs, applied, feeds, settings)
+        )
     write_json(out, record)
 
 
 def blame(graphs: dict, applied: dict, feeds: dict, settings: dict) -> str:
-    """Which rewrite departs: each applied one alone on its unrewritten graph, on the per-call feeds."""
+    """Which rewrite departs: each applied one alone on its unrewritten graph, on
+    the per-call feeds."""
     import onnx
     found = []
     for g, rules in applied.items():
@@ -76,9 +122,12 @@ def blame(graphs: dict, applied: dict, feeds: dict, settings: dict) -> str:
                 path = os.path.join(tmp, "alone.onnx")
                 onnx.save(alone, path)
                 one = modeldata.cpu(path)
-                error = measures.tensor_errors(lambda graph, f: reference(f), lambda graph, f: one(f),
-                                               {g: feeds[g]})[g]
+                error = measures.tensor_errors(
+                    lambda graph, f: reference(f), lambda graph, f: one(f), {g: feeds[g]}
+                )[g]
             if error["max_abs"] > settings["max_abs"]:
-                found.append(f"rewrite {rule['rewrite']!r} on graph {g} (nodes {', '.join(rule['nodes'])}): "
-                             f"max abs error {error['max_abs']:.3g} alone")
+                found.append(
+                    f"rewrite {rule['rewrite']!r} on graph {g} (nodes {', '.join(rule['nodes'])}): "
+                    f"max abs error {error['max_abs']:.3g} alone"
+                )
     return "; ".join(found) or "no single rewrite departs alone: their combination does"

@@ -1,5 +1,6 @@
-"""Exported ONNX -> onnxsim-simplified ONNX, once per graph; then the spec's legalizing rewrites, if it declares
-any (toolchain/rewrites: the unrewritten graph is kept beside it, for the rewrite stage's check)."""
+"""Exported ONNX -> onnxsim-simplified ONNX, once per graph; then the spec's legalizing
+rewrites, if it declares any (toolchain/rewrites: the unrewritten graph is kept beside it, for
+the rewrite stage's check)."""
 from __future__ import annotations
 
 import time
@@ -18,7 +19,9 @@ from toolchain.spec.table import plain
 from toolchain.stages import Project
 from toolchain.stages.export import onnx_or_fail
 
-REWRITE_CODE = sorted(str(p) for p in Path(rewrites.__file__).parent.glob("*.*") if p.suffix in (".py", ".toml"))
+REWRITE_CODE = sorted(
+    str(p) for p in Path(rewrites.__file__).parent.glob("*.*") if p.suffix in (".py", ".toml")
+)
 
 
 def tasks(project: Project):
@@ -29,7 +32,10 @@ def tasks(project: Project):
             log = artifacts.simplify_log(model, graph)
             kwargs, deps, targets = {"src": src, "out": out}, [src], [out, log]
             if graph.rewrite:
-                extra = [artifacts.unrewritten(model, graph), artifacts.rewrites_applied(model, graph)]
+                extra = [
+                    artifacts.unrewritten(model, graph),
+                    artifacts.rewrites_applied(model, graph),
+                ]
                 kwargs.update(rewrite=plain(graph.rewrite), unrewritten=extra[0], record=extra[1])
                 deps, targets = deps + REWRITE_CODE, targets + extra
             # a graph without rewrites keeps its settings (nothing rebuilds)
@@ -56,17 +62,24 @@ def simplify(src: str, out: str, rewrite=(), unrewritten: str = "", record: str 
     onnx_or_fail(src, f"{src} is")
     started = time.monotonic()
     model, ok = onnxsim.simplify(onnx.load(src))
-    print(f"onnxsim: {time.monotonic() - started:.2f} s")   # the tool's own time (bench/overhead.py)
+    # the tool's own time (bench/overhead.py)
+    print(f"onnxsim: {time.monotonic() - started:.2f} s")
     if not ok:
         raise StageFailed(f"{src}: onnxsim could not validate the simplified model")
-    print(f"nodes: {len(onnx.load(src, load_external_data=False).graph.node)} -> {len(model.graph.node)}")
+    print(
+        f"nodes: {len(onnx.load(src, load_external_data=False).graph.node)} -> "
+        f"{len(model.graph.node)}"
+    )
     if rewrite:
         with atomic_path(unrewritten) as tmp:
             onnx.save(model, str(tmp))
         applied = rewrites.apply(model, rewrite if isinstance(rewrite, str) else tuple(rewrite))
         for a in applied:
             print(f"rewrite {a['rewrite']}: {len(a['nodes'])} node(s): {', '.join(a['nodes'])}")
-        print(f"rewrites ({_shown(rewrite)}): {len(applied)} applied; nodes now {len(model.graph.node)}")
+        print(
+            f"rewrites ({_shown(rewrite)}): {len(applied)} applied; nodes now "
+            f"{len(model.graph.node)}"
+        )
         write_json(record, {"declared": rewrite, "applied": applied})
     with atomic_path(out) as tmp:
         onnx.save(model, str(tmp))

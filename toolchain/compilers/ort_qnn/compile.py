@@ -1,6 +1,6 @@
-"""The per-chip step: a graph's model library (modellib.py) -> HTP context binary + EPContext ONNX, once per
-(graph, chip), read back and checked. A graph that declares `route = "ep"` is compiled from its ONNX by the EP
-directly instead (one call per chip, as before the design card's route)."""
+"""The per-chip step: a graph's model library (modellib.py) -> HTP context binary + EPContext ONNX,
+once per (graph, chip), read back and checked. A graph that declares `route = "ep"` is compiled from
+its ONNX by the EP directly instead (one call per chip, as before the design card's route)."""
 from __future__ import annotations
 
 import os
@@ -42,7 +42,8 @@ def tasks(project: Project):
             converted = artifacts.stage_record(model, graph, "convert", family=chip.family)
             function, inputs = build, [lib, weights, converted]
             kwargs.update(model_lib=lib, weights=weights, converted=converted)
-            if chip.family:   # how this family's libraries and EP differ from the default's (families.toml)
+            # how this family's libraries and EP differ from the default's (families.toml)
+            if chip.family:
                 kwargs["family"] = families.table()[chip.family].replay()
             how = "from its model library"
         else:   # the direct EP compile: the settings stay exactly as they were before the route
@@ -50,48 +51,109 @@ def tasks(project: Project):
             function, inputs = build_direct, [src, artifacts.inspected(model, graph)]
             kwargs["src"] = src
             how = "EP compile (route = \"ep\")"
-        yield {"name": f"{model.name}/{graph.name}@{chip.tag}",
-               "doc": f"{model.name}/{graph.name} -> {chip.name} (v{chip.htp_arch}) context binary, "
-                      f"{graph.precision}, no CPU fallback, {how}{f', QAIRT {chip.family}' if chip.family else ''}",
-               "file_dep": [*inputs, *families.tool_files(chip.family)],
-               # a cache restore is used only if its binary reads back as this task's (another valid binary
-               # under this task's key, e.g. another chip's, must never be restored: restored() below)
-               "meta": {**families.step_meta(chip.family),
-                        "restore_check": (restored, {"binary": targets[1], "context": targets[0],
-                                                     "record": targets[2], "chip": chip.record(),
-                                                     "precision": graph.precision, "io": kwargs["io"]})},
-               "task_dep": parity.gate(model, graph), "targets": targets + [log], "clean": True,
-               "actions": [(run, (function, kwargs, log))],
-               # the direct EP compile's settings stay exactly as they were before the route (no "route" key)
-               "uptodate": [config_changed(task_settings(kwargs, ("options", "chip", "precision", "io", "family"),
-                                                         {"route": "ep"}, tool=tool,
-                                                         route="saver" if ep.uses_route(graph) else "ep"))]}
+        yield {
+            "name": f"{model.name}/{graph.name}@{chip.tag}",
+            "doc": f"{model.name}/{graph.name} -> {chip.name} (v{chip.htp_arch}) context binary, "
+            f"{graph.precision}, no CPU fallback, "
+            f"{how}{f', QAIRT {chip.family}' if chip.family else ''}",
+            "file_dep": [*inputs, *families.tool_files(chip.family)],
+            # a cache restore is used only if its binary reads back as this task's (another
+            # valid binary under this task's key, e.g. another chip's, must never be
+            # restored: restored() below)
+            "meta": {
+                **families.step_meta(chip.family),
+                "restore_check": (
+                    restored,
+                    {
+                        "binary": targets[1],
+                        "context": targets[0],
+                        "record": targets[2],
+                        "chip": chip.record(),
+                        "precision": graph.precision,
+                        "io": kwargs["io"],
+                    },
+                ),
+            },
+            "task_dep": parity.gate(model, graph),
+            "targets": targets + [log],
+            "clean": True,
+            "actions": [(run, (function, kwargs, log))],
+            # the direct EP compile's settings stay exactly as they were before the route
+            # (no "route" key)
+            "uptodate": [
+                config_changed(
+                    task_settings(
+                        kwargs,
+                        ("options", "chip", "precision", "io", "family"),
+                        {"route": "ep"},
+                        tool=tool,
+                        route="saver" if ep.uses_route(graph) else "ep",
+                    )
+                )
+            ],
+        }
 
 
-def build(model_lib: str, weights: str, converted: str, out: str, record: str, options: dict, chip: dict,
-          precision: str, io: dict, family: dict | None = None):
-    """Compose the model library into libQnnHtp.so with the chip's settings (context.py), keep the finalized
-    context's binary, wrap it, then prove it is what was asked for."""
+def build(
+    model_lib: str,
+    weights: str,
+    converted: str,
+    out: str,
+    record: str,
+    options: dict,
+    chip: dict,
+    precision: str,
+    io: dict,
+    family: dict | None = None,
+):
+    """Compose the model library into libQnnHtp.so with the chip's settings (context.py), keep the
+    finalized context's binary, wrap it, then prove it is what was asked for."""
     started = time.monotonic()
-    replay = context.compose(os.path.abspath(model_lib), os.path.abspath(weights), chip,
-                             context.graph_settings(options),
-                             (family or {}).get("device_config_offset", context.DEVICE_CONFIG_OFFSET))
+    replay = context.compose(
+        os.path.abspath(model_lib),
+        os.path.abspath(weights),
+        chip,
+        context.graph_settings(options),
+        (family or {}).get("device_config_offset", context.DEVICE_CONFIG_OFFSET),
+    )
     if replay.errors or replay.binary is None:
         raise StageFailed(f"{model_lib}: no context binary for {chip['name']}: " +
                           "; ".join(replay.errors or ["the library finalized no context"]))
-    binary = os.path.join(os.path.dirname(out), os.path.splitext(os.path.basename(out))[0] + "_qnn.bin")
+    binary = os.path.join(
+        os.path.dirname(out), os.path.splitext(os.path.basename(out))[0] + "_qnn.bin"
+    )
     with atomic_path(binary) as tmp:
         tmp.write_bytes(replay.binary)
     info = qnnbin.binary_info(binary)
     graphs = info.get("graphs", [])
-    metadata = read_json(converted).get("onnx_metadata", {})   # the EP copies the source model's into its wrapper
-    context.write_context_model(out, os.path.basename(binary), graphs[0]["name"] if graphs else "", io, chip, metadata,
-                                (family or {}).get("wrapper", context.WRAPPER))
-    _check_and_record(binary, out, record, options, chip, precision, io, info,
-                      round(time.monotonic() - started, 3), {"route": "saver", "model_lib": model_lib})
+    # the EP copies the source model's into its wrapper
+    metadata = read_json(converted).get("onnx_metadata", {})
+    context.write_context_model(
+        out,
+        os.path.basename(binary),
+        graphs[0]["name"] if graphs else "",
+        io,
+        chip,
+        metadata,
+        (family or {}).get("wrapper", context.WRAPPER),
+    )
+    _check_and_record(
+        binary,
+        out,
+        record,
+        options,
+        chip,
+        precision,
+        io,
+        info,
+        round(time.monotonic() - started, 3),
+        {"route": "saver", "model_lib": model_lib},
+    )
 
 
-def build_direct(src: str, out: str, record: str, options: dict, chip: dict, precision: str, io: dict):
+def build_direct(
+    src: str, out: str, record: str, options: dict, chip: dict, precision: str, io: dict
+):
     """Compile in this (fresh) process with the EP, then prove the binary is what was asked for."""
     result = ep.compile(src, out, options)
     binary = result["binary"]
@@ -108,30 +170,54 @@ def _check_and_record(binary, out, record, options, chip, precision, io, info, s
     problems = readback_problems(config, info, chip, precision, io)
     if problems:
         raise StageFailed(f"{binary}: the binary is not what was asked for: " + "; ".join(problems))
-    write_json(record, {"binary": binary, "sha256": sha256(binary), "bytes": os.path.getsize(binary),
-                        "context_model": out, "context_model_sha256": sha256(out), "seconds": seconds,
-                        "options": options, **how, "config": config, "info": info, "tool": ep.version()})
+    write_json(
+        record,
+        {
+            "binary": binary,
+            "sha256": sha256(binary),
+            "bytes": os.path.getsize(binary),
+            "context_model": out,
+            "context_model_sha256": sha256(out),
+            "seconds": seconds,
+            "options": options,
+            **how,
+            "config": config,
+            "info": info,
+            "tool": ep.version(),
+        },
+    )
 
 
-def restored(staged: dict, binary: str, context: str, record: str, chip: dict, precision: str, io: dict) -> list[str]:
-    """Why restored outputs (`staged`: target -> the restored file, not yet in place) are not this task's:
-    the record must name this binary and the sha256 of the binary and wrapper restored with it, and the
-    binary must read back as this chip's, precision's and I/O's (as after a compile)."""
+def restored(
+    staged: dict, binary: str, context: str, record: str, chip: dict, precision: str, io: dict
+) -> list[str]:
+    """Why restored outputs (`staged`: target -> the restored file, not yet in place) are not this
+    task's: the record must name this binary and the sha256 of the binary and wrapper restored with
+    it, and the binary must read back as this chip's, precision's and I/O's (as after a compile)."""
     rec = read_json(staged[record])
-    found = [] if rec.get("binary") == binary else [f"its record is for {rec.get('binary')}, not {binary}"]
+    found = (
+        []
+        if rec.get("binary") == binary
+        else [f"its record is for {rec.get('binary')}, not {binary}"]
+    )
     for target, field in ((binary, "sha256"), (context, "context_model_sha256")):
         if sha256(staged[target]) != rec.get(field):
-            found.append(f"{target} has sha256 {sha256(staged[target])}, its record says {rec.get(field)}")
+            found.append(
+                f"{target} has sha256 {sha256(staged[target])}, its record says {rec.get(field)}"
+            )
     try:
         info = qnnbin.binary_info(staged[binary])
     except Exception as err:   # not a context binary at all
         return found + [f"{binary} does not read back ({type(err).__name__}: {err})"]
-    return found + [f"{binary}: {p}" for p in readback_problems(qnnbin.config_fields(staged[binary]), info, chip,
-                                                                 precision, io)]
+    return found + [
+        f"{binary}: {p}"
+        for p in readback_problems(qnnbin.config_fields(staged[binary]), info, chip, precision, io)
+    ]
 
 
 def readback_problems(config: dict, info: dict, chip: dict, precision: str, io: dict) -> list[str]:
-    """Differences between the compiled binary and the request (the EP only warns on bad options)."""
+    """Differences between the compiled binary and the request (the EP only warns
+    on bad options)."""
     found = []
     if config.get("soc_type") != chip["name"]:
         found.append(f"soc_type {config.get('soc_type')} != {chip['name']}")
@@ -140,22 +226,29 @@ def readback_problems(config: dict, info: dict, chip: dict, precision: str, io: 
         found.append("relaxed_precision_flag is not set: the graph would run in fp32, not fp16")
     graphs = info.get("graphs", [])
     if len(graphs) != 1:
-        found.append(f"{len(graphs)} graphs in the binary, expected 1 (a split graph means CPU partitions)")
+        found.append(
+            f"{len(graphs)} graphs in the binary, expected 1 (a split graph means CPU partitions)"
+        )
         return found
     for kind in ("inputs", "outputs"):
-        found += io_problems(kind, [[t["name"], list(t["shape"]), t["dtype"]] for t in graphs[0][kind]], io[kind])
+        found += io_problems(
+            kind, [[t["name"], list(t["shape"]), t["dtype"]] for t in graphs[0][kind]], io[kind]
+        )
     return found
 
 
 def io_problems(kind: str, got: list, want: list) -> list[str]:
-    """Each tensor that differs from the declaration (a runtime contract, e.g. sherpa-onnx's, is declared
-    in the spec), named with what was expected and what the binary holds."""
+    """Each tensor that differs from the declaration (a runtime contract, e.g. sherpa-onnx's, is
+    declared in the spec), named with what was expected and what the binary holds."""
     have, found = {t[0]: t for t in got}, []
     for name, shape, dtype in want:
         if name not in have:
             found.append(f"{kind[:-1]} {name}: expected {shape} {dtype}, not in the binary")
         elif have[name][1:] != [shape, dtype]:
-            found.append(f"{kind[:-1]} {name}: expected {shape} {dtype}, found {have[name][1]} {have[name][2]}")
+            found.append(
+                f"{kind[:-1]} {name}: expected {shape} {dtype}, found {have[name][1]} "
+                f"{have[name][2]}"
+            )
     declared = {t[0] for t in want}
     found += [f"{kind[:-1]} {n}: in the binary, not declared" for n in have if n not in declared]
     if not found and [t[0] for t in got] != [t[0] for t in want]:

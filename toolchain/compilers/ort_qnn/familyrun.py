@@ -1,11 +1,11 @@
-"""A QAIRT family's simulator, run in that family's own interpreter: the verify step (the build's Python, with the
-model's own code and its CPU reference) hands each call's feeds to a child process of the family's environment,
-which holds one EP session on the compiled EPContext model. Nothing of the family loads into the caller's process,
-nothing of the build's own QAIRT into the child's.
+"""A QAIRT family's simulator, run in that family's own interpreter: the verify step (the build's
+Python, with the model's own code and its CPU reference) hands each call's feeds to a child process
+of the family's environment, which holds one EP session on the compiled EPContext model. Nothing of
+the family loads into the caller's process, nothing of the build's own QAIRT into the child's.
 
-The child (CHILD, arguments CTX_MODEL OPTIONS_JSON) answers one line per request on stdin (the
-path of an .npz of feeds) with the path of an .npz of outputs; lines it prints start with MARK (the QNN libraries
-print their own lines on stdout too)."""
+The child (CHILD, arguments CTX_MODEL OPTIONS_JSON) answers one line per request on stdin (the path
+of an .npz of feeds) with the path of an .npz of outputs; lines it prints start with MARK (the QNN
+libraries print their own lines on stdout too)."""
 from __future__ import annotations
 
 import json
@@ -18,16 +18,25 @@ from toolchain.compilers.ort_qnn import ep
 from toolchain.errors import StageFailed
 
 MARK = "QNC-FAMILYRUN "
-# the child's entry (not `-m`: the package imports this module first, and runpy warns about running it again)
-CHILD = "import sys; from toolchain.compilers.ort_qnn.familyrun import main; sys.exit(main(*sys.argv[1:]))"
+# the child's entry (not `-m`: the package imports this module first, and runpy warns about
+# running it again)
+CHILD = ("import sys; from toolchain.compilers.ort_qnn.familyrun import main; "
+         "sys.exit(main(*sys.argv[1:]))")
 
 
 def simulator(ctx_model: str, options: dict, python: str, env: dict):
-    """run(feeds) -> outputs for `ctx_model` on the simulator of the family whose interpreter is `python`."""
+    """run(feeds) -> outputs for `ctx_model` on the simulator of the family whose
+    interpreter is `python`."""
     import numpy as np
     scratch = tempfile.mkdtemp(prefix="familyrun.")
-    child = subprocess.Popen([python, "-c", CHILD, ctx_model, json.dumps(options)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True, env=env, cwd=os.getcwd())
+    child = subprocess.Popen(
+        [python, "-c", CHILD, ctx_model, json.dumps(options)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=os.getcwd(),
+    )
     first = _answer(child, ctx_model)
     names = json.loads(first)
     calls = [0]
@@ -52,7 +61,9 @@ def _answer(child, ctx_model: str) -> str:
         line = child.stdout.readline()
         if not line:
             child.wait()
-            raise StageFailed(f"{ctx_model}: the QAIRT family's simulator process ended (exit {child.returncode})")
+            raise StageFailed(
+                f"{ctx_model}: the QAIRT family's simulator process ended (exit {child.returncode})"
+            )
         if not line.startswith(MARK):
             print(line, end="")   # the libraries' own lines, into the step's log
             continue

@@ -1,5 +1,6 @@
-"""The `qairt_env` stage: one isolated Python environment per QAIRT family a build uses besides its own
-(onnxruntime-qnn wheel pair, no torch), its libQnnHtp.so's build id checked against the family table."""
+"""The `qairt_env` stage: one isolated Python environment per QAIRT family a build uses
+besides its own (onnxruntime-qnn wheel pair, no torch), its libQnnHtp.so's build id checked
+against the family table."""
 from __future__ import annotations
 
 import json
@@ -22,36 +23,53 @@ from toolchain.stages import Project
 def tasks(project: Project):
     for family in in_use(project):
         folder, record = artifacts.qairt_env_dir(family.name), artifacts.qairt_env(family.name)
-        settings = {"family": family.record(), "packages": family.packages(), "python": sys.version.split()[0]}
-        yield {"name": family.name,
-               "doc": f"QAIRT {family.name}: its own Python environment (onnxruntime-qnn {family.onnxruntime_qnn}, "
-                      f"onnxruntime {family.onnxruntime}; no torch) under {folder}, build id checked",
-               "targets": [record], "clean": [(shutil.rmtree, (folder, True))],
-               "actions": [(in_process, (make_env, family.name, folder, record))],
-               "uptodate": [_env_intact(family), config_changed(settings)]}
+        settings = {
+            "family": family.record(),
+            "packages": family.packages(),
+            "python": sys.version.split()[0],
+        }
+        yield {
+            "name": family.name,
+            "doc": f"QAIRT {family.name}: its own Python environment (onnxruntime-qnn "
+                   f"{family.onnxruntime_qnn}, "
+            f"onnxruntime {family.onnxruntime}; no torch) under {folder}, build id checked",
+            "targets": [record],
+            "clean": [(shutil.rmtree, (folder, True))],
+            "actions": [(in_process, (make_env, family.name, folder, record))],
+            "uptodate": [_env_intact(family), config_changed(settings)],
+        }
 
 
 def _env_intact(family: Family):
     """A removed or damaged environment is rebuilt (its record alone does not make it usable)."""
     def check(task, values):
-        return os.access(interpreter(family), os.X_OK) and os.path.isfile(artifacts.qairt_env(family.name))
+        return os.access(interpreter(family), os.X_OK) and os.path.isfile(
+            artifacts.qairt_env(family.name)
+        )
     return check
 
 
 def in_use(project: Project) -> list[Family]:
-    """The non-default families some model builds (the default one is the build's own environment)."""
+    """The non-default families some model builds (the default one is the
+    build's own environment)."""
     names = dict.fromkeys(f for m in project.models for f in m.qairt if f)   # "": the build's own
     return [table()[n] for n in names]
 
 
-PROBE = ("import json, onnxruntime_qnn, onnxruntime_qnn.build_and_package_info as info, onnxruntime as ort\n"
-         "from toolchain.qnn import qnnbin\n"   # ctypes in a process that never makes a session (the pitfall)
-         "print(json.dumps({'onnxruntime_qnn': info.__version__, 'qnn_version': info.qnn_version, "
-         "'onnxruntime': ort.__version__, 'htp': qnnbin.htp_build_id(), 'library': onnxruntime_qnn.__file__}))")
+PROBE = (
+    "import json, onnxruntime_qnn, onnxruntime_qnn.build_and_package_info as info, onnxruntime as "
+    "ort\n"
+    # ctypes in a process that never makes a session (the pitfall)
+    "from toolchain.qnn import qnnbin\n"
+    "print(json.dumps({'onnxruntime_qnn': info.__version__, 'qnn_version': info.qnn_version, "
+    "'onnxruntime': ort.__version__, 'htp': qnnbin.htp_build_id(), 'library': "
+    "onnxruntime_qnn.__file__}))"
+)
 
 
 def make_env(name: str, folder: str, record: str) -> None:
-    """A fresh venv with the family's pinned packages, then proof that its libQnnHtp.so is the family's."""
+    """A fresh venv with the family's pinned packages, then proof that its libQnnHtp.so
+    is the family's."""
     family = table()[name]
     venv = Path(folder, "venv")
     shutil.rmtree(venv, ignore_errors=True)
@@ -60,23 +78,57 @@ def make_env(name: str, folder: str, record: str) -> None:
     Path(folder).mkdir(parents=True, exist_ok=True)
     log = Path(folder, "env.log")
     with open(log, "w") as out:
-        _step([sys.executable, "-m", "venv", str(venv)], out, f"QAIRT {name}: python -m venv failed")
-        pip = [str(venv / "bin/python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-               "--no-input", *family.packages()]
-        _step(pip, out, f"QAIRT {name}: pip could not install {' '.join(family.packages()[:2])} (is the package "
-                        "registry reachable?)", log)
-    probe = subprocess.run([interpreter(family), "-c", PROBE], capture_output=True, text=True, env=environ(family))
+        _step(
+            [sys.executable, "-m", "venv", str(venv)], out, f"QAIRT {name}: python -m venv failed"
+        )
+        pip = [
+            str(venv / "bin/python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-input",
+            *family.packages(),
+        ]
+        _step(
+            pip,
+            out,
+            f"QAIRT {name}: pip could not install {' '.join(family.packages()[:2])} (is the "
+            "package "
+            "registry reachable?)",
+            log,
+        )
+    probe = subprocess.run(
+        [interpreter(family), "-c", PROBE], capture_output=True, text=True, env=environ(family)
+    )
     if probe.returncode:
         raise StageFailed(f"QAIRT {name}: the new environment cannot load its wheel: "
                           f"{(probe.stderr.strip().splitlines() or ['?'])[-1]} (log {log})")
     found = json.loads(probe.stdout.strip().splitlines()[-1])
     if found["htp"]["buildId"] != family.build_id:
-        raise StageFailed(f"QAIRT {name}: {found['library']}'s libQnnHtp.so reports {found['htp']['buildId']}, the "
-                          f"family table ({TABLE.name}) says {family.build_id}")
-    if not found["library"].startswith(str(venv.resolve())) and not found["library"].startswith(str(venv)):
-        raise StageFailed(f"QAIRT {name}: the environment imports onnxruntime_qnn from {found['library']}, not its own")
-    write_json(record, {"family": family.record(), "packages": family.packages(), "python": interpreter(family),
-                        "probe": found, "libraries": _libraries(found["library"])})
+        raise StageFailed(
+            f"QAIRT {name}: {found['library']}'s libQnnHtp.so reports {found['htp']['buildId']}, "
+            "the "
+            f"family table ({TABLE.name}) says {family.build_id}"
+        )
+    if not found["library"].startswith(str(venv.resolve())) and not found["library"].startswith(
+        str(venv)
+    ):
+        raise StageFailed(
+            f"QAIRT {name}: the environment imports onnxruntime_qnn from {found['library']}, not "
+            "its own"
+        )
+    write_json(
+        record,
+        {
+            "family": family.record(),
+            "packages": family.packages(),
+            "python": interpreter(family),
+            "probe": found,
+            "libraries": _libraries(found["library"]),
+        },
+    )
 
 
 def _step(argv: list[str], out, failure: str, log=None) -> None:
@@ -85,8 +137,12 @@ def _step(argv: list[str], out, failure: str, log=None) -> None:
     rc = subprocess.call(argv, stdout=out, stderr=subprocess.STDOUT)
     if rc:
         out.flush()
-        last = [line for line in Path(out.name).read_text(errors="replace").splitlines() if line.strip()]
-        raise StageFailed(f"{failure}: {last[-1] if last else f'exit {rc}'} (log {log or out.name})")
+        last = [
+            line for line in Path(out.name).read_text(errors="replace").splitlines() if line.strip()
+        ]
+        raise StageFailed(
+            f"{failure}: {last[-1] if last else f'exit {rc}'} (log {log or out.name})"
+        )
 
 
 def _libraries(package_init: str) -> dict:

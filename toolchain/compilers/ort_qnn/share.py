@@ -1,12 +1,14 @@
-"""A model's windows ([windows], spec/windows.py) in one context binary per chip whose weights are stored once: the
-EP's own multi-graph compile (session option `ep.share_ep_contexts`, every graph in one process, the last with
-`ep.stop_share_ep_contexts`), read back (graph count, each graph's I/O) and weighed against the graphs' own binaries.
+"""A model's windows ([windows], spec/windows.py) in one context binary per chip whose weights are
+stored once: the EP's own multi-graph compile (session option `ep.share_ep_contexts`, every graph in
+one process, the last with `ep.stop_share_ep_contexts`), read back (graph count, each graph's I/O)
+and weighed against the graphs' own binaries.
 
-Why the EP and not the design card's route: the QNN Saver's recording drops the context's weight-sharing setting, so
-composing recorded graphs into one context would store the weights once per graph (docs/whisper-windows.md). Why it
-is not verified here: the x86 HTP simulator refuses a shared-weights context ("Shared weights buffer isn't supported
-on this platform", measured); each window is verified from its own binary instead (verify.py), and this one is read
-back only. The graphs' I/O names get a `__<graph>` suffix: one context cannot hold two graphs that both take `mel`
+Why the EP and not the design card's route: the QNN Saver's recording drops the context's
+weight-sharing setting, so composing recorded graphs into one context would store the weights once
+per graph (docs/whisper-windows.md). Why it is not verified here: the x86 HTP simulator refuses a
+shared-weights context ("Shared weights buffer isn't supported on this platform", measured); each
+window is verified from its own binary instead (verify.py), and this one is read back only. The
+graphs' I/O names get a `__<graph>` suffix: one context cannot hold two graphs that both take `mel`
 (QNN error 7003, measured)."""
 from __future__ import annotations
 
@@ -32,9 +34,14 @@ SUFFIX = "__"   # <input name>__<graph>: unique across the context's graphs
 
 def tasks(project: Project):
     for model, chip in project.model_chips(ep.NAME):
-        if not model.windows or chip.family:   # the build's own QAIRT only (a family's EP is another interpreter)
+        # the build's own QAIRT only (a family's EP is another interpreter)
+        if not model.windows or chip.family:
             continue
-        graphs = [g for g in model.graphs if any(g.name in pair.values() for pair in by_size(model.windows).values())]
+        graphs = [
+            g
+            for g in model.graphs
+            if any(g.name in pair.values() for pair in by_size(model.windows).values())
+        ]
         sources = {g.name: artifacts.compile_source(model, g) for g in graphs}
         options = {g.name: ep.graph_options(model, g, chip) for g in graphs}
         io = {g.name: io_record(g) for g in graphs}
@@ -43,16 +50,31 @@ def tasks(project: Project):
         log = artifacts.shared_log(model, chip)
         # the EP names the one binary after the first graph's EPContext model
         outputs = [f"{out}/{graphs[0].name}_qnn.bin", *(f"{out}/{g.name}.onnx" for g in graphs)]
-        kwargs = {"sources": sources, "options": options, "io": io, "alone": alone, "out": out, "record": record,
-                  "chip": chip.record()}
-        yield {"name": f"{model.name}@{chip.tag}",
-               "doc": f"{model.name} -> {chip.name}: its {len(graphs)} window graphs in one context binary, weights "
-                      f"stored once (EP share_ep_contexts), read back; not simulated (the simulator cannot load it)",
-               "file_dep": [*sources.values(), *alone.values(), *ep.library_files()],
-               "targets": [record, log, *outputs], "clean": True,
-               "actions": [(run, (build, kwargs, log))],
-               "uptodate": [config_changed({"options": options, "io": io, "chip": chip.record(),
-                                            "tool": ep.version()})]}
+        kwargs = {
+            "sources": sources,
+            "options": options,
+            "io": io,
+            "alone": alone,
+            "out": out,
+            "record": record,
+            "chip": chip.record(),
+        }
+        yield {
+            "name": f"{model.name}@{chip.tag}",
+            "doc": f"{model.name} -> {chip.name}: its {len(graphs)} window graphs in one context "
+                   "binary, weights "
+            "stored once (EP share_ep_contexts), read back; not simulated (the simulator cannot "
+            "load it)",
+            "file_dep": [*sources.values(), *alone.values(), *ep.library_files()],
+            "targets": [record, log, *outputs],
+            "clean": True,
+            "actions": [(run, (build, kwargs, log))],
+            "uptodate": [
+                config_changed(
+                    {"options": options, "io": io, "chip": chip.record(), "tool": ep.version()}
+                )
+            ],
+        }
 
 
 def renamed(io: dict, graph: str) -> dict:
@@ -76,20 +98,27 @@ def rename_io(src: str, graph: str, dst: str) -> None:
 
 
 def build(sources: dict, options: dict, io: dict, alone: dict, out: str, record: str, chip: dict):
-    """Compile every window graph in this (fresh) process into one shared context, then read it back."""
+    """Compile every window graph in this (fresh) process into one shared context, then
+    read it back."""
     started, order = time.monotonic(), list(sources)
     with tempfile.TemporaryDirectory() as scratch, atomic_dir(Path(out)) as tmp:
         for i, graph in enumerate(order):
             src = os.path.join(scratch, f"{graph}.onnx")
             rename_io(sources[graph], graph, src)
-            config = {"ep.context_enable": "1", "ep.context_embed_mode": "0",
-                      "ep.context_file_path": str(tmp / f"{graph}.onnx"), "ep.share_ep_contexts": "1"}
+            config = {
+                "ep.context_enable": "1",
+                "ep.context_embed_mode": "0",
+                "ep.context_file_path": str(tmp / f"{graph}.onnx"),
+                "ep.share_ep_contexts": "1",
+            }
             if i == len(order) - 1:
                 config["ep.stop_share_ep_contexts"] = "1"
             ep.compile_shared(src, options[graph], config)
         binaries = sorted(p.name for p in tmp.glob("*_qnn.bin"))
         if binaries != [f"{order[0]}_qnn.bin"]:
-            raise StageFailed(f"{out}: expected one shared context binary, the EP wrote {binaries or 'none'}")
+            raise StageFailed(
+                f"{out}: expected one shared context binary, the EP wrote {binaries or 'none'}"
+            )
         binary = str(tmp / binaries[0])
         info = qnnbin.binary_info(binary)
         problems = graph_problems(info, {g: renamed(io[g], g) for g in order})
@@ -98,23 +127,44 @@ def build(sources: dict, options: dict, io: dict, alone: dict, out: str, record:
                               + "; ".join(problems))
         size, config_fields = os.path.getsize(binary), qnnbin.config_fields(binary)
         if config_fields.get("soc_type") != chip["name"]:
-            raise StageFailed(f"{out}/{binaries[0]}: soc_type {config_fields.get('soc_type')} != {chip['name']}")
+            raise StageFailed(
+                f"{out}/{binaries[0]}: soc_type {config_fields.get('soc_type')} != {chip['name']}"
+            )
         digest = sha256(binary)
     separate = {g: read_json(alone[g])["bytes"] for g in order}
-    write_json(record, {"binary": f"{out}/{binaries[0]}", "sha256": digest, "bytes": size,
-                        "context_models": {g: f"{out}/{g}.onnx" for g in order},
-                        "separate_bytes": separate, "separate_total": sum(separate.values()),
-                        "saved_fraction": round(1 - size / sum(separate.values()), 4),
-                        "graphs": [{"name": g["name"], "inputs": [t["name"] for t in g["inputs"]],
-                                    "outputs": [t["name"] for t in g["outputs"]]} for g in info["graphs"]],
-                        "io_names": "<declared name>__<graph>", "seconds": round(time.monotonic() - started, 1),
-                        "simulated": False, "why_not_simulated": "the x86 HTP simulator cannot load a context whose "
-                        "weights are shared ('Shared weights buffer isn't supported on this platform'); each window "
-                        "is verified from its own binary", "tool": ep.version()})
+    write_json(
+        record,
+        {
+            "binary": f"{out}/{binaries[0]}",
+            "sha256": digest,
+            "bytes": size,
+            "context_models": {g: f"{out}/{g}.onnx" for g in order},
+            "separate_bytes": separate,
+            "separate_total": sum(separate.values()),
+            "saved_fraction": round(1 - size / sum(separate.values()), 4),
+            "graphs": [
+                {
+                    "name": g["name"],
+                    "inputs": [t["name"] for t in g["inputs"]],
+                    "outputs": [t["name"] for t in g["outputs"]],
+                }
+                for g in info["graphs"]
+            ],
+            "io_names": "<declared name>__<graph>",
+            "seconds": round(time.monotonic() - started, 1),
+            "simulated": False,
+            "why_not_simulated": "the x86 HTP simulator cannot load a context whose "
+            "weights are shared ('Shared weights buffer isn't supported on this platform'); each "
+            "window "
+            "is verified from its own binary",
+            "tool": ep.version(),
+        },
+    )
 
 
 def graph_problems(info: dict, wanted: dict) -> list[str]:
-    """Differences between the graphs read back and the wanted {graph: renamed io}: count, names, shapes, dtypes."""
+    """Differences between the graphs read back and the wanted {graph: renamed io}: count,
+    names, shapes, dtypes."""
     found = info.get("graphs", [])
     if len(found) != len(wanted):
         return [f"{len(found)} graphs, expected {len(wanted)}"]
@@ -130,5 +180,7 @@ def graph_problems(info: dict, wanted: dict) -> list[str]:
             have = {t["name"]: list(t["shape"]) for t in got[kind]}
             for name, shape, _ in io[kind]:
                 if have.get(name) != shape:
-                    problems.append(f"{graph}: {kind[:-1]} {name} is {have.get(name)}, expected {shape}")
+                    problems.append(
+                        f"{graph}: {kind[:-1]} {name} is {have.get(name)}, expected {shape}"
+                    )
     return problems

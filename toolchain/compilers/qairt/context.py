@@ -1,4 +1,5 @@
-"""x86_64 model lib + HTP config -> context binary (qnn-context-binary-generator), once per (graph, chip)."""
+"""x86_64 model lib + HTP config -> context binary (qnn-context-binary-generator), once
+per (graph, chip)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,11 +24,22 @@ def tasks(project: Project):
                        artifacts.stage_record(model, graph, "context", chip))
         argv = tools.context_argv(sdk, lib, str(Path(binary).parent), Path(binary).stem, extensions)
         env = tools.env(sdk)
-        yield {"name": f"{model.name}/{graph.name}@{chip.name}",
-               "doc": f"{model.name}/{graph.name} -> {chip.name} (v{chip.htp_arch}) context binary, "
-                      f"qnn-context-binary-generator [qairt {sdk.build_id}]",
-               "file_dep": [lib, extensions, artifacts.htp_config(model, graph, chip, HTP_CONFIG),
-                            *compiler.tool_files()],
-               "targets": [binary, record, log], "clean": True,
-               "actions": [(external.action, (argv, env, log, [binary], record))],
-               "uptodate": [config_changed({"argv": argv, "env": env, "sdk": sdk.record(), "chip": chip.record()})]}
+        yield {
+            "name": f"{model.name}/{graph.name}@{chip.name}",
+            "doc": f"{model.name}/{graph.name} -> {chip.name} (v{chip.htp_arch}) context binary, "
+            f"qnn-context-binary-generator [qairt {sdk.build_id}]",
+            "file_dep": [
+                lib,
+                extensions,
+                artifacts.htp_config(model, graph, chip, HTP_CONFIG),
+                *compiler.tool_files(),
+            ],
+            "targets": [binary, record, log],
+            "clean": True,
+            "actions": [(external.action, (argv, env, log, [binary], record))],
+            "uptodate": [
+                config_changed(
+                    {"argv": argv, "env": env, "sdk": sdk.record(), "chip": chip.record()}
+                )
+            ],
+        }

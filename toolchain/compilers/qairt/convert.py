@@ -1,5 +1,5 @@
-"""Simplified ONNX -> QNN graph C++ + weights (qnn-onnx-converter), once per graph; QAIRT models only.
-A w8a16 graph is quantized by the converter itself from the calibration set's input list."""
+"""Simplified ONNX -> QNN graph C++ + weights (qnn-onnx-converter), once per graph; QAIRT models
+only. A w8a16 graph is quantized by the converter itself from the calibration set's input list."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,32 +19,57 @@ def tasks(project: Project):
         compiler = project.compiler(model)
         sdk = tools.sdk_of(compiler)
         for graph in model.graphs:
-            src, cpp, weights = (artifacts.simplified(model, graph), artifacts.qnn_cpp(model, graph),
-                                 artifacts.qnn_weights(model, graph))
-            log, record = artifacts.stage_log(model, graph, "convert"), artifacts.stage_record(model, graph, "convert")
+            src, cpp, weights = (
+                artifacts.simplified(model, graph),
+                artifacts.qnn_cpp(model, graph),
+                artifacts.qnn_weights(model, graph),
+            )
+            log, record = (
+                artifacts.stage_log(model, graph, "convert"),
+                artifacts.stage_record(model, graph, "convert"),
+            )
             quantized = graph.precision.quantized
             calibration = [artifacts.calibration_list(model, graph)] + [
                 artifacts.calibration_raw(model, graph, i, t.name)
                 for i in range(graph.calibration) for t in graph.inputs
             ] if quantized else []
             listed = artifacts.converter_input_list(model, graph) if quantized else None
-            argv, env = (tools.converter_argv(sdk, src, cpp, listed, graph.compile.get("converter_args", ())),
-                         tools.env(sdk))
-            actions = [(worker.in_process, (converter_list, calibration[0], listed))] if quantized else []
-            yield {"name": f"{model.name}/{graph.name}",
-                   "doc": f"{model.name}/{graph.name}: qnn-onnx-converter ({graph.precision}) -> {graph.name}.cpp "
-                          f"+ .bin, QNN graph '{tools.graph_name(cpp)}' [qairt {sdk.build_id}]",
-                   "file_dep": [src, artifacts.inspected(model, graph), *calibration],
-                   "task_dep": parity.gate(model, graph),
-                   "targets": [cpp, weights, record, log] + ([listed] if listed else []), "clean": True,
-                   "actions": actions + [(external.action, (argv, env, log, [cpp, weights], record))],
-                   "uptodate": [config_changed({"argv": argv, "env": env, "sdk": sdk.record(),
-                                                "python": sdk.python_version})]}
+            argv, env = (
+                tools.converter_argv(
+                    sdk, src, cpp, listed, graph.compile.get("converter_args", ())
+                ),
+                tools.env(sdk),
+            )
+            actions = (
+                [(worker.in_process, (converter_list, calibration[0], listed))] if quantized else []
+            )
+            yield {
+                "name": f"{model.name}/{graph.name}",
+                "doc": f"{model.name}/{graph.name}: qnn-onnx-converter ({graph.precision}) -> "
+                       f"{graph.name}.cpp "
+                f"+ .bin, QNN graph '{tools.graph_name(cpp)}' [qairt {sdk.build_id}]",
+                "file_dep": [src, artifacts.inspected(model, graph), *calibration],
+                "task_dep": parity.gate(model, graph),
+                "targets": [cpp, weights, record, log] + ([listed] if listed else []),
+                "clean": True,
+                "actions": actions + [(external.action, (argv, env, log, [cpp, weights], record))],
+                "uptodate": [
+                    config_changed(
+                        {
+                            "argv": argv,
+                            "env": env,
+                            "sdk": sdk.record(),
+                            "python": sdk.python_version,
+                        }
+                    )
+                ],
+            }
 
 
 def converter_list(calibration_list: str, out: str):
-    """The calibration list with each raw file named from the project root, where the converter runs: the
-    calibrate stage names them relative to the list's own folder (the layout onnxruntime's reader uses)."""
+    """The calibration list with each raw file named from the project root, where the converter
+    runs: the calibrate stage names them relative to the list's own folder (the layout
+    onnxruntime's reader uses)."""
     folder = Path(calibration_list).parent
     lines = [" ".join(str(folder / name) for name in line.split())
              for line in Path(calibration_list).read_text().splitlines() if line.strip()]

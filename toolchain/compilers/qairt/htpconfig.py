@@ -1,5 +1,5 @@
-"""Chip table -> htp_backend_extensions.json + htp_config.json (as sherpa-onnx's scripts/qnn/generate_config.py
-writes them: docs/qairt.md), once per (graph, chip)."""
+"""Chip table -> htp_backend_extensions.json + htp_config.json (as sherpa-onnx's
+scripts/qnn/generate_config.py writes them: docs/qairt.md), once per (graph, chip)."""
 from __future__ import annotations
 
 import json
@@ -21,29 +21,52 @@ def tasks(project: Project):
         compiler = project.compiler(model)
         sdk = tools.sdk_of(compiler)
         for graph in model.graphs:
-            name = tools.graph_name(artifacts.qnn_cpp(model, graph))   # must equal the converter's graph name
+            # must equal the converter's graph name
+            name = tools.graph_name(artifacts.qnn_cpp(model, graph))
             for chip in (project.chips[c] for c in model.chips):
                 files = contents(sdk, chip.record(), name, model.compile["optimization"],
                                  artifacts.htp_config(model, graph, chip, HTP_CONFIG),
                                  artifacts.htp_config(model, graph, chip, BACKEND_EXTENSIONS))
                 log = artifacts.stage_log(model, graph, "htpconfig", chip)
-                yield {"name": f"{model.name}/{graph.name}@{chip.name}",
-                       "doc": f"{model.name}/{graph.name} on {chip.name}: HTP config (soc_id {chip.soc_model}, "
-                              f"v{chip.htp_arch}, {chip.vtcm_mb} MB VTCM) for graph '{name}' [qairt {sdk.build_id}]",
-                       "targets": list(files) + [log], "clean": True,
-                       "actions": [(in_process, (write, files, log))],
-                       "uptodate": [config_changed({"files": files, "sdk": sdk.record(), "chip": chip.record()})]}
+                yield {
+                    "name": f"{model.name}/{graph.name}@{chip.name}",
+                    "doc": f"{model.name}/{graph.name} on {chip.name}: HTP config (soc_id "
+                           f"{chip.soc_model}, "
+                    f"v{chip.htp_arch}, {chip.vtcm_mb} MB VTCM) for graph '{name}' [qairt "
+                    f"{sdk.build_id}]",
+                    "targets": list(files) + [log],
+                    "clean": True,
+                    "actions": [(in_process, (write, files, log))],
+                    "uptodate": [
+                        config_changed({"files": files, "sdk": sdk.record(), "chip": chip.record()})
+                    ],
+                }
 
 
-def contents(sdk, chip: ChipRecord, graph_name: str, optimization: int, config: str, extensions: str) -> dict:
-    """{path: text} of the two files, as generate_config.py writes them (indent 4, no trailing newline), but
-    config_file_path relative to the project, where the tools run: the script makes it absolute, which would make
-    the context step's inputs name this folder and never share a cache entry with another layout (relocatable)."""
-    extensions_config = {"backend_extensions": {
-        "shared_library_path": sdk.host_lib("libQnnHtpNetRunExtensions.so"), "config_file_path": config}}
-    htp = {"graphs": [{"vtcm_mb": chip["vtcm_mb"], "O": optimization, "graph_names": [graph_name]}],
-           "devices": [{"device_id": 0, "soc_id": chip["soc_model"], "dsp_arch": f"v{chip['htp_arch']}",
-                        "cores": [{"core_id": 0, "perf_profile": "burst", "rpc_control_latency": 200}]}]}
+def contents(
+    sdk, chip: ChipRecord, graph_name: str, optimization: int, config: str, extensions: str
+) -> dict:
+    """{path: text} of the two files, as generate_config.py writes them (indent 4, no trailing
+    newline), but config_file_path relative to the project, where the tools run: the script makes it
+    absolute, which would make the context step's inputs name this folder and never share a cache
+    entry with another layout (relocatable)."""
+    extensions_config = {
+        "backend_extensions": {
+            "shared_library_path": sdk.host_lib("libQnnHtpNetRunExtensions.so"),
+            "config_file_path": config,
+        }
+    }
+    htp = {
+        "graphs": [{"vtcm_mb": chip["vtcm_mb"], "O": optimization, "graph_names": [graph_name]}],
+        "devices": [
+            {
+                "device_id": 0,
+                "soc_id": chip["soc_model"],
+                "dsp_arch": f"v{chip['htp_arch']}",
+                "cores": [{"core_id": 0, "perf_profile": "burst", "rpc_control_latency": 200}],
+            }
+        ],
+    }
     return {extensions: json.dumps(extensions_config, indent=4), config: json.dumps(htp, indent=4)}
 
 

@@ -1,4 +1,5 @@
-"""QNN graph C++ + weights -> model libs (qnn-model-lib-generator), once per graph, never per chip."""
+"""QNN graph C++ + weights -> model libs (qnn-model-lib-generator), once per graph,
+never per chip."""
 from __future__ import annotations
 
 from doit.tools import config_changed
@@ -19,14 +20,28 @@ def tasks(project: Project):
             libs = [artifacts.model_lib(model, graph, t) for t in targets]
             log, record = (artifacts.stage_log(model, graph, "modellib"),
                            artifacts.stage_record(model, graph, "modellib"))
-            argv = tools.modellib_argv(sdk, cpp, weights, artifacts.model_libs_dir(model, graph), targets)
+            argv = tools.modellib_argv(
+                sdk, cpp, weights, artifacts.model_libs_dir(model, graph), targets
+            )
             env = tools.env(sdk, ldflags=True)
             only = "" if tools.ANDROID in targets else f", {tools.HOST} only (no ndk-build)"
-            yield {"name": f"{model.name}/{graph.name}",
-                   "doc": f"{model.name}/{graph.name}: qnn-model-lib-generator -> lib{graph.name}.so "
-                          f"({', '.join(targets)}){only} [qairt {sdk.build_id}]",
-                   "file_dep": [cpp, weights],
-                   "targets": libs + [record, log], "clean": True,
-                   "actions": [(external.action, (argv, env, log, libs, record))],
-                   "uptodate": [config_changed({"argv": argv, "env": env, "sdk": sdk.record(), "targets": targets,
-                                                "ndk_build": sdk.ndk_build if tools.ANDROID in targets else None})]}
+            yield {
+                "name": f"{model.name}/{graph.name}",
+                "doc": f"{model.name}/{graph.name}: qnn-model-lib-generator -> lib{graph.name}.so "
+                f"({', '.join(targets)}){only} [qairt {sdk.build_id}]",
+                "file_dep": [cpp, weights],
+                "targets": libs + [record, log],
+                "clean": True,
+                "actions": [(external.action, (argv, env, log, libs, record))],
+                "uptodate": [
+                    config_changed(
+                        {
+                            "argv": argv,
+                            "env": env,
+                            "sdk": sdk.record(),
+                            "targets": targets,
+                            "ndk_build": sdk.ndk_build if tools.ANDROID in targets else None,
+                        }
+                    )
+                ],
+            }

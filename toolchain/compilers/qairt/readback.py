@@ -1,5 +1,6 @@
-"""Context binary -> read-back record: build id, graph name, chip and I/O as the SDK reads them from the
-binary (qnn-context-binary-utility, else libQnnSystem through qnnbin), once per (graph, chip)."""
+"""Context binary -> read-back record: build id, graph name, chip and I/O as the SDK reads
+them from the binary (qnn-context-binary-utility, else libQnnSystem through qnnbin), once
+per (graph, chip)."""
 from __future__ import annotations
 
 import json
@@ -21,7 +22,13 @@ from toolchain.qnn.layout import layout_permutation
 from toolchain.shared.iorecord import io_record
 from toolchain.stages import Project
 
-KINDS = {"FLOAT": "float", "INT": "int", "UINT": "uint", "UFIXED_POINT": "ufixed", "SFIXED_POINT": "sfixed"}
+KINDS = {
+    "FLOAT": "float",
+    "INT": "int",
+    "UINT": "uint",
+    "UFIXED_POINT": "ufixed",
+    "SFIXED_POINT": "sfixed",
+}
 
 
 def tasks(project: Project):
@@ -30,22 +37,47 @@ def tasks(project: Project):
         sdk = tools.sdk_of(compiler)
         binary, context = (artifacts.context_binary(model, graph, chip, compiler.binary_suffix),
                            artifacts.stage_record(model, graph, "context", chip))
-        out, log = artifacts.compile_record(model, graph, chip), artifacts.stage_log(model, graph, "readback", chip)
+        out, log = (
+            artifacts.compile_record(model, graph, chip),
+            artifacts.stage_log(model, graph, "readback", chip),
+        )
         raw = artifacts.stage_record(model, graph, "binary_info", chip)
         reader = tools.utility_argv(sdk, binary, raw) if sdk.has_utility() else None
-        expected = {"graph_name": tools.graph_name(artifacts.qnn_cpp(model, graph)), "build_id": sdk.build_id,
-                    "exact_build_id": not sdk.build_id_source.startswith("FALLBACK"),
-                    "chip": chip.record(), "io": io_record(graph), "view": compiler.runtime_view(graph)}
-        kwargs = {"binary": binary, "context": context, "reader": reader, "env": tools.env(sdk),
-                  "lib_dir": f"{sdk.root}/lib/{tools.HOST}", "raw": raw, "expected": expected, "sdk": sdk.record(),
-                  "out": out, "log": log}
-        yield {"name": f"{model.name}/{graph.name}@{chip.name}",
-               "doc": f"{model.name}/{graph.name} on {chip.name}: read the binary back ("
-                      f"{'qnn-context-binary-utility' if reader else 'libQnnSystem'}): build id, graph "
-                      f"'{expected['graph_name']}', chip, I/O [qairt {sdk.build_id}]",
-               "file_dep": [binary, context], "targets": [out, log] + ([raw] if reader else []), "clean": True,
-               "actions": [(in_process, (check,), kwargs)],
-               "uptodate": [config_changed({"expected": expected, "reader": reader or "qnnbin", "sdk": sdk.record()})]}
+        expected = {
+            "graph_name": tools.graph_name(artifacts.qnn_cpp(model, graph)),
+            "build_id": sdk.build_id,
+            "exact_build_id": not sdk.build_id_source.startswith("FALLBACK"),
+            "chip": chip.record(),
+            "io": io_record(graph),
+            "view": compiler.runtime_view(graph),
+        }
+        kwargs = {
+            "binary": binary,
+            "context": context,
+            "reader": reader,
+            "env": tools.env(sdk),
+            "lib_dir": f"{sdk.root}/lib/{tools.HOST}",
+            "raw": raw,
+            "expected": expected,
+            "sdk": sdk.record(),
+            "out": out,
+            "log": log,
+        }
+        yield {
+            "name": f"{model.name}/{graph.name}@{chip.name}",
+            "doc": f"{model.name}/{graph.name} on {chip.name}: read the binary back ("
+            f"{'qnn-context-binary-utility' if reader else 'libQnnSystem'}): build id, graph "
+            f"'{expected['graph_name']}', chip, I/O [qairt {sdk.build_id}]",
+            "file_dep": [binary, context],
+            "targets": [out, log] + ([raw] if reader else []),
+            "clean": True,
+            "actions": [(in_process, (check,), kwargs)],
+            "uptodate": [
+                config_changed(
+                    {"expected": expected, "reader": reader or "qnnbin", "sdk": sdk.record()}
+                )
+            ],
+        }
 
 
 def check(binary, context, reader, env, lib_dir, raw, expected, sdk, out, log):
@@ -57,14 +89,20 @@ def check(binary, context, reader, env, lib_dir, raw, expected, sdk, out, log):
     else:
         code = ("import json, sys; from toolchain.qnn import qnnbin; "
                 "print(json.dumps(qnnbin.binary_info(*sys.argv[1:])))")
-        done = subprocess.run([sys.executable, "-c", code, binary, lib_dir], capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-c", code, binary, lib_dir], capture_output=True, text=True
+        )
         with open(log, "w") as f:
             f.write(f"qnnbin.binary_info({binary}, {lib_dir})\n{done.stdout}{done.stderr}")
         if done.returncode:
-            raise StageFailed(f"{binary}: libQnnSystem cannot read it; log {log}, last lines:\n{external.tail(log)}")
+            raise StageFailed(
+                f"{binary}: libQnnSystem cannot read it; log {log}, last "
+                f"lines:\n{external.tail(log)}"
+            )
         info = json.loads(done.stdout.strip().splitlines()[-1])
     try:
-        config = qnnbin.config_fields(binary)   # clear-text HTP config string, when the binary has one
+        # clear-text HTP config string, when the binary has one
+        config = qnnbin.config_fields(binary)
     except ValueError:
         config = {}
     problems = readback_problems(info, config, expected)
@@ -73,10 +111,21 @@ def check(binary, context, reader, env, lib_dir, raw, expected, sdk, out, log):
     if problems:
         raise StageFailed(f"{binary}: the binary is not what was asked for: " + "; ".join(problems))
     ran = read_json(context)
-    write_json(out, {"binary": binary, "sha256": sha256(binary), "bytes": os.path.getsize(binary),
-                     "seconds": ran["seconds"], "argv": ran["argv"], "context_model": None, "config": config,
-                     "info": info, "reader": "qnn-context-binary-utility" if reader else "libQnnSystem (qnnbin)",
-                     "tool": sdk})
+    write_json(
+        out,
+        {
+            "binary": binary,
+            "sha256": sha256(binary),
+            "bytes": os.path.getsize(binary),
+            "seconds": ran["seconds"],
+            "argv": ran["argv"],
+            "context_model": None,
+            "config": config,
+            "info": info,
+            "reader": "qnn-context-binary-utility" if reader else "libQnnSystem (qnnbin)",
+            "tool": sdk,
+        },
+    )
 
 
 def from_utility(data: dict) -> dict:
@@ -86,13 +135,23 @@ def from_utility(data: dict) -> dict:
     def tensors(items):
         return [{"name": t["info"]["name"], "dtype": dtype(t["info"]["dataType"]),
                  "shape": list(t["info"]["dimensions"]), **quantization(t["info"])} for t in items]
-    return {"buildId": info.get("buildId"), "socModel": info.get("socModel"),
-            "graphs": [{"name": g["info"]["graphName"], "inputs": tensors(g["info"]["graphInputs"]),
-                        "outputs": tensors(g["info"]["graphOutputs"])} for g in info.get("graphs", [])]}
+    return {
+        "buildId": info.get("buildId"),
+        "socModel": info.get("socModel"),
+        "graphs": [
+            {
+                "name": g["info"]["graphName"],
+                "inputs": tensors(g["info"]["graphInputs"]),
+                "outputs": tensors(g["info"]["graphOutputs"]),
+            }
+            for g in info.get("graphs", [])
+        ],
+    }
 
 
 def quantization(tensor: dict) -> dict:
-    """{"scale", "offset"} of a scale/offset-quantized tensor (UFIXED_POINT_16 I/O of a calibrated graph)."""
+    """{"scale", "offset"} of a scale/offset-quantized tensor (UFIXED_POINT_16 I/O of
+    a calibrated graph)."""
     params = tensor.get("quantizeParams") or {}
     so = params.get("scaleOffset") or params.get("bwScaleOffset")
     if "DEFINED" not in str(params.get("definition", "")).replace("UNDEFINED", "") or not so:
@@ -116,17 +175,32 @@ def readback_problems(info: dict, config: dict, expected: dict) -> list[str]:
         found.append(f"build id {got_id!r} is not the SDK's {want_id!r}: built by another SDK")
     names = [g["name"] for g in info.get("graphs", [])]
     if names != [expected["graph_name"]]:
-        found.append(f"graphs {names}, expected ['{expected['graph_name']}'] (the converter's name for it)")
+        found.append(
+            f"graphs {names}, expected ['{expected['graph_name']}'] (the converter's name for it)"
+        )
     found += qnnbin.chip_problems(config, info, chip, given_only=True)
     for graph in info.get("graphs", [])[:1]:
         for kind in ("inputs", "outputs"):
-            # names and dtypes as the runtime sees them (the converter's); shapes in any layout it may give
-            for got, (_, shape, _), (name, _, dt) in zip(graph[kind], expected["io"][kind], expected["view"][kind]):
-                if got["name"] != name or got["dtype"] != dt or layout_permutation(shape, got["shape"]) is None:
-                    found.append(f"{kind[:-1]} {got['name']} {got['shape']} {got['dtype']} != expected {name} {shape} "
-                                 f"{dt} (or that shape in the converter's layout)")
+            # names and dtypes as the runtime sees them (the converter's); shapes in any layout
+            # it may give
+            for got, (_, shape, _), (name, _, dt) in zip(
+                graph[kind], expected["io"][kind], expected["view"][kind]
+            ):
+                if (
+                    got["name"] != name
+                    or got["dtype"] != dt
+                    or layout_permutation(shape, got["shape"]) is None
+                ):
+                    found.append(
+                        f"{kind[:-1]} {got['name']} {got['shape']} {got['dtype']} != expected "
+                        f"{name} {shape} "
+                        f"{dt} (or that shape in the converter's layout)"
+                    )
                 elif dt.startswith(("ufixed", "sfixed")) and "scale" not in got:
-                    found.append(f"{kind[:-1]} {name}: {dt} without a scale and offset: an app could not read it")
+                    found.append(
+                        f"{kind[:-1]} {name}: {dt} without a scale and offset: an app could not "
+                        "read it"
+                    )
             if len(graph[kind]) != len(expected["io"][kind]):
                 found.append(f"{len(graph[kind])} {kind}, declared {len(expected['io'][kind])}")
     return found

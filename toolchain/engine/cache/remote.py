@@ -1,20 +1,22 @@
-"""The artifact cache on a server speaking Bazel's HTTP remote-cache protocol: GET/PUT /ac/<key> for entries,
-GET/HEAD/PUT /cas/<sha256> for blobs (bazel-remote, nginx with WebDAV PUT, BuildGrid's HTTP front). Same keys,
-entries and rules as the folder (cache.Store); only where things live differs.
+"""The artifact cache on a server speaking Bazel's HTTP remote-cache protocol: GET/PUT /ac/<key> for
+entries, GET/HEAD/PUT /cas/<sha256> for blobs (bazel-remote, nginx with WebDAV PUT, BuildGrid's HTTP
+front). Same keys, entries and rules as the folder (cache.Store); only where things live differs.
 
 A server that is slow, down, full or wrong never fails a build: every request has a time-out
-(QNN_CACHE_TIMEOUT, seconds, default 5); the first one that fails is one warning line, and the server is then
-left alone for QNN_CACHE_RETRY seconds (default 300) by every step of the build (a marker file beside the
-state DB), so a dead server costs one time-out per worker process, not one per step.
+(QNN_CACHE_TIMEOUT, seconds, default 5); the first one that fails is one warning line, and the
+server is then left alone for QNN_CACHE_RETRY seconds (default 300) by every step of the build
+(a marker file beside the state DB), so a dead server costs one time-out per worker process, not
+one per step.
 
-Credentials come from the environment (read once, with every other setting: toolchain/options.py, handed over as
-store.Settings), never from a record or a log: QNN_CACHE_TOKEN (a bearer token), or
-QNN_CACHE_USER and QNN_CACHE_PASSWORD (basic auth; a user:password@ in the URL works too and is stripped from
-every message). https:// URLs are verified against the system's CAs, or QNN_CACHE_CA (a PEM file). A redirect
-is never followed (it would take the credentials to another host, or from https to http): a 3xx answer counts as
-a failed server. No answer fills the disk or the memory: a blob is read up to the size its entry records (an
-entry records at most QNN_CACHE_MAX_BLOB bytes per output), an entry up to store.MAX_ENTRY bytes.
-QNN_CACHE_UPLOAD=0 (or `doit cache_upload=0`) makes a read-only client: no PUT, no DELETE."""
+Credentials come from the environment (read once, with every other setting: toolchain/options.py,
+handed over as store.Settings), never from a record or a log: QNN_CACHE_TOKEN (a bearer token), or
+QNN_CACHE_USER and QNN_CACHE_PASSWORD (basic auth; a user:password@ in the URL works too and is
+stripped from every message). https:// URLs are verified against the system's CAs, or QNN_CACHE_CA
+(a PEM file). A redirect is never followed (it would take the credentials to another host, or from
+https to http): a 3xx answer counts as a failed server. No answer fills the disk or the memory: a
+blob is read up to the size its entry records (an entry records at most QNN_CACHE_MAX_BLOB bytes per
+output), an entry up to store.MAX_ENTRY bytes. QNN_CACHE_UPLOAD=0 (or `doit cache_upload=0`) makes a
+read-only client: no PUT, no DELETE."""
 from __future__ import annotations
 
 import base64
@@ -49,7 +51,8 @@ class HttpStore(Store):
         self.headers = _auth(parts, settings)
         self.timeout, self.retry, self.ca = settings.timeout, settings.retry, settings.ca
         self.https = parts.scheme == "https"
-        self.upload = settings.upload   # False: a read-only client (the base's save() stores nothing then)
+        # False: a read-only client (the base's save() stores nothing then)
+        self.upload = settings.upload
         self.max_blob = settings.max_blob
         self.sign_key, self.trust = settings.sign_key, settings.trust
         self.refused: frozenset[str] = frozenset()
@@ -57,7 +60,8 @@ class HttpStore(Store):
         self._opener: Any = None   # built by the first request: refuses redirects, verifies TLS
         self.bad: set[str] = set()   # blobs that failed their hash on restore: rewritten on save
 
-    def entry_url(self, key: str) -> str:   # the server's path of an entry (the folder's entry() is a file)
+    # the server's path of an entry (the folder's entry() is a file)
+    def entry_url(self, key: str) -> str:
         return f"/ac/{key}"
 
     def blob_url(self, digest: str) -> str:
@@ -72,8 +76,9 @@ class HttpStore(Store):
         self._put(self.entry_url(key), data, len(data))
 
     def drop_entry(self, key: str) -> None:
-        """DELETE the entry where the server allows it (nginx's WebDAV); elsewhere (bazel-remote) the
-        correct entry written after the recompute replaces it. A read-only client never evicts."""
+        """DELETE the entry where the server allows it (nginx's WebDAV); elsewhere
+        (bazel-remote) the correct entry written after the recompute replaces it. A read-only
+        client never evicts."""
         if not self.upload:
             return
         try:
@@ -89,9 +94,10 @@ class HttpStore(Store):
             return answer is not None
 
     def fetch_blob(self, digest: str, out: str, size: int) -> str:
-        """The blob streamed into a temp file beside `out`, its sha256 checked (the caller renames it). At most
-        `size` bytes (what its entry records) are written and size + 1 read: a longer answer is cut off there, one
-        whose Content-Length says more is refused before its body is read; a shorter one is refused too."""
+        """The blob streamed into a temp file beside `out`, its sha256 checked (the caller renames
+        it). At most `size` bytes (what its entry records) are written and size + 1 read: a longer
+        answer is cut off there, one whose Content-Length says more is refused before its body is
+        read; a shorter one is refused too."""
         dst = Path(out)
         dst.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
@@ -102,16 +108,25 @@ class HttpStore(Store):
                     raise ValueError(f"blob {digest} is not on the server")
                 announced = answer.headers.get("Content-Length", "")
                 if announced.isdigit() and int(announced) > size:
-                    raise ValueError(f"blob {digest}: the server sends {announced} bytes, larger than the {size} "
-                                     "bytes its entry records: cut off")
+                    raise ValueError(
+                        f"blob {digest}: the server sends {announced} bytes, larger than the "
+                        f"{size} "
+                        "bytes its entry records: cut off"
+                    )
                 while block := answer.read(min(BLOCK, left)):
                     left -= len(block)
-                    if left == 0:   # the byte past the recorded size: not written, nothing more read
-                        raise ValueError(f"blob {digest} is larger than the {size} bytes its entry records: cut off")
+                    # the byte past the recorded size: not written, nothing more read
+                    if left == 0:
+                        raise ValueError(
+                            f"blob {digest} is larger than the {size} bytes its entry records: cut "
+                            "off"
+                        )
                     hasher.update(block)
                     f.write(block)
             if left != 1:
-                raise ValueError(f"blob {digest} has {size + 1 - left} bytes, its entry records {size}")
+                raise ValueError(
+                    f"blob {digest} has {size + 1 - left} bytes, its entry records {size}"
+                )
             if hasher.hexdigest() != digest:
                 self.bad.add(digest)
                 raise ValueError(f"blob {digest} has sha256 {hasher.hexdigest()}")
@@ -128,14 +143,22 @@ class HttpStore(Store):
 
     # ---- requests, time-outs, the down marker
     def _put(self, path: str, body, size: int) -> None:
-        with self._request("PUT", path, body, {"Content-Length": str(size),
-                                               "Content-Type": "application/octet-stream"}) as answer:
+        with self._request(
+            "PUT",
+            path,
+            body,
+            {"Content-Length": str(size), "Content-Type": "application/octet-stream"},
+        ) as answer:
             if answer is None:
                 raise Unreachable(f"{self.name}: PUT {path}: HTTP 404")
 
-    def _request(self, method: str, path: str, body=None, headers: dict | None = None, quiet: bool = False):
-        """The answer (a context manager), or None for 404; Unreachable for anything else that went wrong."""
-        import ssl  # here, not at the top: a build without a server never loads urllib's client or ssl
+    def _request(
+        self, method: str, path: str, body=None, headers: dict | None = None, quiet: bool = False
+    ):
+        """The answer (a context manager), or None for 404; Unreachable for anything else
+        that went wrong."""
+        # here, not at the top: a build without a server never loads urllib's client or ssl
+        import ssl
         import urllib.error
         import urllib.request
         if _down(self.name):
@@ -153,7 +176,13 @@ class HttpStore(Store):
             if err.code == 404:
                 return _Nothing()
             problem = self._refused(method, path, err)
-        except (urllib.error.URLError, socket.timeout, ConnectionError, ssl.SSLError, OSError) as err:
+        except (
+            urllib.error.URLError,
+            socket.timeout,
+            ConnectionError,
+            ssl.SSLError,
+            OSError,
+        ) as err:
             problem = f"{self.name}: {method} {path}: {getattr(err, 'reason', err)}"
         if quiet:
             raise Unreachable(problem)
@@ -161,24 +190,32 @@ class HttpStore(Store):
             if _down(self.name):
                 raise Skipped(self.name)
             _mark_down(self.name, problem, self.retry)
-        raise Unreachable(f"{problem}; the server is left alone for {self.retry:.0f} s (cache_retry)")
+        raise Unreachable(
+            f"{problem}; the server is left alone for {self.retry:.0f} s (cache_retry)"
+        )
 
     def _refused(self, method: str, path: str, err) -> str:
-        """What an HTTP error answer says, in one line: the status, and for a redirect where it pointed to."""
+        """What an HTTP error answer says, in one line: the status, and for a redirect where
+        it pointed to."""
         problem = f"{self.name}: {method} {path}: HTTP {err.code} {err.reason}"
         location = err.headers.get("Location") if err.headers else None
         if 300 <= err.code < 400 and location:
             target = _host(self.base + path, location)
-            problem = (f"{self.name}: {method} {path}: redirected (HTTP {err.code}) to {target}, not followed "
-                       "(credentials go to the configured server only)")
-        if err.code == 400 and method == "PUT" and path.startswith("/ac/"):   # bazel-remote's ActionResult check
-            problem += " (bazel-remote: start it with --disable_http_ac_validation; an entry is JSON, not REAPI)"
+            problem = (
+                f"{self.name}: {method} {path}: redirected (HTTP {err.code}) to {target}, not "
+                "followed "
+                "(credentials go to the configured server only)"
+            )
+        # bazel-remote's ActionResult check
+        if err.code == 400 and method == "PUT" and path.startswith("/ac/"):
+            problem += (" (bazel-remote: start it with --disable_http_ac_validation; an entry is "
+                        "JSON, not REAPI)")
         return problem
 
 
 def _no_redirect_handler():
-    """urllib's redirect handler, refusing: the 3xx surfaces as an HTTPError. Followed, it would send the
-    Authorization header to whatever host the Location names, https or not."""
+    """urllib's redirect handler, refusing: the 3xx surfaces as an HTTPError. Followed, it would
+    send the Authorization header to whatever host the Location names, https or not."""
     import urllib.request  # here: a build without a server never loads urllib's client
 
     class NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -217,7 +254,9 @@ def _auth(parts, settings: Settings) -> dict:
     user = urllib.parse.unquote(parts.username or "") or settings.user
     password = urllib.parse.unquote(parts.password or "") or settings.password or ""
     if user:
-        return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+        return {
+            "Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        }
     return {}
 
 
@@ -231,7 +270,8 @@ def _down(name: str) -> bool:
 
 
 def _mark_down(name: str, problem: str, retry: float) -> None:
-    """Leave the server alone for a while, in every step of this build (a file: steps run in several processes)."""
+    """Leave the server alone for a while, in every step of this build (a file: steps run
+    in several processes)."""
     if not os.path.isdir(paths.BUILD):
         return
     tmp = f"{DOWN}.{os.getpid()}.tmp"

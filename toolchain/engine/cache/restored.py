@@ -1,7 +1,8 @@
-"""What a file restored from the artifact cache must be, by its format, before it is put in place: the checks a
-cache writer cannot satisfy with arbitrary bytes. A record (.json) parses and is one JSON object; an array file
-(.npy, or each member of an .npz) holds no Python objects, so loading it can never unpickle. The standard
-library only: the engine imports no model or array package (numpy's .npy header is a Python literal)."""
+"""What a file restored from the artifact cache must be, by its format, before it is put in place:
+the checks a cache writer cannot satisfy with arbitrary bytes. A record (.json) parses and is one
+JSON object; an array file (.npy, or each member of an .npz) holds no Python objects, so loading it
+can never unpickle. The standard library only: the engine imports no model or array package (numpy's
+.npy header is a Python literal)."""
 from __future__ import annotations
 
 import ast
@@ -35,11 +36,16 @@ def problems(path: str, name: str) -> list[str]:
 def _record(path: str, name: str) -> list[str]:
     with open(path, "rb") as f:
         value = json.loads(f.read().decode("utf-8"))
-    return [] if isinstance(value, dict) else [f"{name} is JSON {type(value).__name__}, not a record (an object)"]
+    return (
+        []
+        if isinstance(value, dict)
+        else [f"{name} is JSON {type(value).__name__}, not a record (an object)"]
+    )
 
 
 def _array(f, name: str) -> list[str]:
-    """The .npy header of stream `f` (format 1.0-3.0): a dtype with an object field would unpickle on load."""
+    """The .npy header of stream `f` (format 1.0-3.0): a dtype with an object field would
+    unpickle on load."""
     if f.read(6) != NPY_MAGIC:
         return [f"{name} is not an .npy array"]
     major = f.read(2)[0]
@@ -54,9 +60,14 @@ def _array(f, name: str) -> list[str]:
 
 
 def _kinds(descr) -> list[str]:
-    """The type strings of a dtype descr: '<f4', or [(name, type[, shape]), ...] for a structured one."""
+    """The type strings of a dtype descr: '<f4', or [(name, type[, shape]), ...] for
+    a structured one."""
     if isinstance(descr, str):
         return [descr]
     if isinstance(descr, (list, tuple)):
-        return [kind for field in descr for kind in _kinds(field[1] if isinstance(field, tuple) else field)]
+        return [
+            kind
+            for field in descr
+            for kind in _kinds(field[1] if isinstance(field, tuple) else field)
+        ]
     return [repr(descr)]

@@ -1,7 +1,7 @@
-"""Where the artifact cache keeps entries and blobs, and the rules every store follows (__init__.py has the keys):
-a restore is all or nothing, each blob checked against its sha256 and the stage's own restore check; a save
-writes the blobs first and the entry last; a store that fails says so in one line and never fails the build.
-This module is the folder; remote.py the server."""
+"""Where the artifact cache keeps entries and blobs, and the rules every store follows (__init__.py
+has the keys): a restore is all or nothing, each blob checked against its sha256 and the stage's own
+restore check; a save writes the blobs first and the entry last; a store that fails says so in one
+line and never fails the build. This module is the folder; remote.py the server."""
 from __future__ import annotations
 
 import hashlib
@@ -17,21 +17,41 @@ from toolchain.engine.files import MODE, remember, sha256, sha256_memo
 
 FORMAT = 2   # bump when the key material or the layout changes (2: inputs named portably)
 BLOCK = 1 << 20
-MAX_ENTRY = 16 << 20   # bytes: an entry is a small JSON record; a larger answer is cut off and counts as bad
-MAX_BLOB = 4 << 30   # bytes an entry may record per output, unless the settings say (no writer fills the disk)
-# Outputs that a later step compiles, links, loads or imports: never stored, never restored, whatever an entry says
-# (a stage whose outputs are code declares it and is not cached at all: cache.run). A writer of the cache could
-# otherwise run code on every machine that restores from it.
-CODE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".h", ".hpp", ".so", ".dylib", ".dll", ".o", ".a", ".py", ".pyc",
-                 ".pkl", ".pickle", ".sh")
+# bytes: an entry is a small JSON record; a larger answer is cut off and counts as bad
+MAX_ENTRY = 16 << 20
+# bytes an entry may record per output, unless the settings say (no writer fills the disk)
+MAX_BLOB = 4 << 30
+# Outputs that a later step compiles, links, loads or imports: never stored, never restored,
+# whatever an entry says (a stage whose outputs are code declares it and is not cached at all:
+# cache.run). A writer of the cache could otherwise run code on every machine that restores from it.
+CODE_SUFFIXES = (
+    ".c",
+    ".cc",
+    ".cpp",
+    ".cxx",
+    ".h",
+    ".hpp",
+    ".so",
+    ".dylib",
+    ".dll",
+    ".o",
+    ".a",
+    ".py",
+    ".pyc",
+    ".pkl",
+    ".pickle",
+    ".sh",
+)
 
 
 @dataclass(frozen=True)
 class Settings:
-    """How this run reaches the cache, resolved once when dodo.py loads (toolchain/options.py declares each field's
-    variable and environment twin) and handed to every task in its meta: nothing here reads the environment."""
+    """How this run reaches the cache, resolved once when dodo.py loads (toolchain/options.py
+    declares each field's variable and environment twin) and handed to every task in its meta:
+    nothing here reads the environment."""
     where: Path | str | None = None   # a folder, an http(s):// URL, or None (no cache)
-    upload: bool = True               # False: a read-only client, which restores but never writes or evicts
+    # False: a read-only client, which restores but never writes or evicts
+    upload: bool = True
     max_blob: int = MAX_BLOB          # bytes an entry may record for one output
     timeout: float = 5.0              # seconds per request to a server
     retry: float = 300.0              # seconds a server that failed is left alone
@@ -39,21 +59,27 @@ class Settings:
     token: str | None = field(default=None, repr=False)      # a bearer token
     user: str | None = None                                  # basic auth, with password
     password: str | None = field(default=None, repr=False)
-    sign_key: str | None = None       # the file of the secret key that signs what this client stores (sign.py)
-    trust: tuple[str, ...] = ()       # public keys: restore only entries one of them signed (none: unsigned cache)
+    # the file of the secret key that signs what this client stores (sign.py)
+    sign_key: str | None = None
+    # public keys: restore only entries one of them signed (none: unsigned cache)
+    trust: tuple[str, ...] = ()
 
 
 class Store:
-    """One cache folder. A subclass (remote.HttpStore) changes where entries and blobs live, not the rules."""
+    """One cache folder. A subclass (remote.HttpStore) changes where entries and blobs live,
+    not the rules."""
 
     def __init__(self, root: str | Path, settings: Settings = Settings()):
         self.root = Path(root)
         self.name = str(self.root)
-        self.upload = settings.upload   # False: a read-only client, which restores but never writes or evicts
+        # False: a read-only client, which restores but never writes or evicts
+        self.upload = settings.upload
         self.max_blob = settings.max_blob
         self.sign_key, self.trust = settings.sign_key, settings.trust
-        self.refused: frozenset[str] = frozenset()   # entries (sha256 of their bytes) never restored (heal.BAD)
-        self.digest: str | None = None               # the sha256 of the entry the last restore() used
+        # entries (sha256 of their bytes) never restored (heal.BAD)
+        self.refused: frozenset[str] = frozenset()
+        # the sha256 of the entry the last restore() used
+        self.digest: str | None = None
 
     def entry(self, key: str) -> Path:
         return self.root / "entries" / f"{key}.json"
@@ -76,8 +102,9 @@ class Store:
         self.entry(key).unlink(missing_ok=True)
 
     def fetch_blob(self, digest: str, out: str, size: int) -> str:
-        """The blob in a temp file beside `out` (the caller renames it): at most `size` bytes read, its sha256
-        checked; a blob of another size is a ValueError (a store never writes more than the entry says)."""
+        """The blob in a temp file beside `out` (the caller renames it): at most `size` bytes read,
+        its sha256 checked; a blob of another size is a ValueError (a store never writes more than
+        the entry says)."""
         return _copy(self.blob(digest), out, digest, size=size)
 
     def has_blob(self, digest: str) -> bool:
@@ -89,19 +116,23 @@ class Store:
 
     # ---- the rules, the same for every store
     def restore(self, key: str, outputs: list[str], check=None) -> bool:
-        """Put the entry's files in place, all or none, each only if it is data (never code: CODE_SUFFIXES), its
-        bytes have the recorded size and sha256, it parses as its format says (restored.py) and `check` (the
-        stage's own, on the staged files) finds nothing; else drop the entry (never offered again) and return
-        False."""
+        """Put the entry's files in place, all or none, each only if it is data (never code:
+        CODE_SUFFIXES), its bytes have the recorded size and sha256, it parses as its format says
+        (restored.py) and `check` (the stage's own, on the staged files) finds nothing; else drop
+        the entry (never offered again) and return False."""
         staged = []
         try:
             data = self.read_entry(key)   # None: no such entry; too large: ValueError, a bad entry
             if data is None or hashlib.sha256(data).hexdigest() in self.refused:
-                return False   # refused: it failed a check in this tree (heal.py), the step runs here
+                # refused: it failed a check in this tree (heal.py), the step runs here
+                return False
             record = json.loads(data)
             if self.trust and sign.signer(key, record, self.trust) is None:
-                say_once("untrusted", f"{self.name}: an entry not signed by a key of cache_trust is never restored "
-                         f"(first: {key[:12]} for {_task(record)}); such steps run here")
+                say_once(
+                    "untrusted",
+                    f"{self.name}: an entry not signed by a key of cache_trust is never restored "
+                    f"(first: {key[:12]} for {_task(record)}); such steps run here",
+                )
                 return False
             files = record["outputs"]
             if sorted(files) != sorted(outputs):
@@ -120,8 +151,11 @@ class Store:
             if isinstance(err, Unreachable):
                 _say(err, after="; the step runs here")
                 return False
-            warn(f"{self.name} entry {key}: unusable cache entry " + ("evicted" if self.upload else "ignored") +
-                  f", recomputing ({err})")
+            warn(
+                f"{self.name} entry {key}: unusable cache entry "
+                + ("evicted" if self.upload else "ignored")
+                + f", recomputing ({err})"
+            )
             if self.upload:
                 self.drop_entry(key)
             return False
@@ -132,16 +166,19 @@ class Store:
         return True
 
     def save(self, key: str, material: dict, outputs: list[str]) -> None:
-        """Store the outputs (a blob that exists but fails its hash is replaced), then the entry with
-        its key material (to diff when an expected hit misses): a reader never sees an entry whose blobs
-        are not all there. A read-only client (upload False) and code outputs store nothing; nor does a client
-        that trusts keys but holds no secret key (its entries would be unsigned: no reader like it restores them,
-        and each would replace a signed one)."""
+        """Store the outputs (a blob that exists but fails its hash is replaced), then the entry
+        with its key material (to diff when an expected hit misses): a reader never sees an entry
+        whose blobs are not all there. A read-only client (upload False) and code outputs store
+        nothing; nor does a client that trusts keys but holds no secret key (its entries would be
+        unsigned: no reader like it restores them, and each would replace a signed one)."""
         if not self.upload or any(out.endswith(CODE_SUFFIXES) for out in outputs):
             return
         if self.trust and not self.sign_key:
-            say_once("unsigned-upload", f"{self.name}: nothing stored by this client: it trusts signed entries "
-                     "only (cache_trust) and holds no key to sign its own (cache_sign_key)")
+            say_once(
+                "unsigned-upload",
+                f"{self.name}: nothing stored by this client: it trusts signed entries "
+                "only (cache_trust) and holds no key to sign its own (cache_sign_key)",
+            )
             return
         try:
             files = {}
@@ -162,15 +199,20 @@ class Store:
 
 def _refuse_code(out: str) -> None:
     if out.endswith(CODE_SUFFIXES):
-        raise ValueError(f"{out} is code (a later step compiles, loads or imports it): never taken from a cache")
+        raise ValueError(
+            f"{out} is code (a later step compiles, loads or imports it): never taken from a cache"
+        )
 
 
 def _size(recorded, out: str, limit: int) -> int:
-    """An entry's recorded size of `out`, refused when it is no size or more than `limit` (Settings.max_blob)."""
+    """An entry's recorded size of `out`, refused when it is no size or more than
+    `limit` (Settings.max_blob)."""
     if not isinstance(recorded, int) or isinstance(recorded, bool) or recorded < 0:
         raise ValueError(f"{out}: recorded size {recorded!r} is not a byte count")
     if recorded > limit:
-        raise ValueError(f"{out}: the entry records {recorded} bytes, over the {limit} allowed (cache_max_blob)")
+        raise ValueError(
+            f"{out}: the entry records {recorded} bytes, over the {limit} allowed (cache_max_blob)"
+        )
     return recorded
 
 
@@ -181,7 +223,8 @@ def bounded(data: bytes, what: str, limit: int = MAX_ENTRY) -> bytes:
 
 
 class Unreachable(Exception):
-    """The store did not answer (or answered with an error): the step runs locally, the build goes on."""
+    """The store did not answer (or answered with an error): the step runs locally, the
+    build goes on."""
 
 
 def _say(err: Unreachable, what: str = "", after: str = "") -> None:
@@ -190,10 +233,12 @@ def _say(err: Unreachable, what: str = "", after: str = "") -> None:
         warn(what + str(err) + after)
 
 
-def _copy(src: str | Path, dst: str | Path, digest: str, replace: bool = False, size: int | None = None) -> str:
-    """Copy src to a temp file beside dst, checking the bytes' sha256 (and, given `size`, reading no more than
-    size + 1 bytes: a blob longer than its entry says is refused without copying the rest); rename it onto dst
-    if `replace`, else return the temp name (the caller renames it)."""
+def _copy(
+    src: str | Path, dst: str | Path, digest: str, replace: bool = False, size: int | None = None
+) -> str:
+    """Copy src to a temp file beside dst, checking the bytes' sha256 (and, given `size`, reading no
+    more than size + 1 bytes: a blob longer than its entry says is refused without copying the
+    rest); rename it onto dst if `replace`, else return the temp name (the caller renames it)."""
     dst = Path(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
@@ -206,7 +251,9 @@ def _copy(src: str | Path, dst: str | Path, digest: str, replace: bool = False, 
                 if left is not None:
                     left -= len(block)
                     if left == 0:
-                        raise ValueError(f"{src} is larger than the {size} bytes its entry records: cut off")
+                        raise ValueError(
+                            f"{src} is larger than the {size} bytes its entry records: cut off"
+                        )
         if size is not None and left is not None and left != 1:
             raise ValueError(f"{src} has {size + 1 - left} bytes, its entry records {size}")
         if hasher.hexdigest() != digest:
@@ -238,7 +285,8 @@ _SAID: set[str] = set()
 
 
 def say_once(topic: str, message: str) -> None:
-    """warn(), once per build (doit runs a build's steps as threads of one process) for each topic."""
+    """warn(), once per build (doit runs a build's steps as threads of one process)
+    for each topic."""
     if topic not in _SAID:
         _SAID.add(topic)
         warn(message)

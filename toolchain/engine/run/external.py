@@ -1,4 +1,5 @@
-"""Run an external tool as a doit action: its own log kept, a failure is one message ending in the log's tail."""
+"""Run an external tool as a doit action: its own log kept, a failure is one message ending in
+the log's tail."""
 from __future__ import annotations
 
 import functools
@@ -16,7 +17,8 @@ from toolchain.engine.files import sha256, write_json
 from toolchain.engine.run import limits
 from toolchain.engine.run.worker import ended
 
-PATH_LISTS = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH")   # prepended to the caller's value, as envsetup.sh does
+# prepended to the caller's value, as envsetup.sh does
+PATH_LISTS = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH")
 TAIL = 20
 
 
@@ -30,15 +32,18 @@ def environ(overrides: dict) -> dict:
 
 
 def run(argv: list[str], env: dict, log: str, outputs: list[str], record: str | None = None):
-    """Run `argv` with stdout+stderr to `log`; fail if it exits non-zero or leaves an output unwritten.
-    Old outputs go first and a failed run's outputs go after: nothing downstream can use a stale file."""
+    """Run `argv` with stdout+stderr to `log`; fail if it exits non-zero or leaves an output
+    unwritten. Old outputs go first and a failed run's outputs go after: nothing downstream can use
+    a stale file."""
     _remove(outputs + ([record] if record else []))
     Path(log).parent.mkdir(parents=True, exist_ok=True)
     for path in outputs:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    with open(log, "w") as out:   # not atomic: the log of a failed run is what the user reads
-        out.write(f"$ {' '.join(f'{k}={shlex.quote(v)}' for k, v in env.items())} {shlex.join(argv)}\n")
+    with open(log, "w") as out:  # not atomic: the log of a failed run is what the user reads
+        out.write(
+            f"$ {' '.join(f'{k}={shlex.quote(v)}' for k, v in env.items())} {shlex.join(argv)}\n"
+        )
         out.flush()
         try:
             rc = subprocess.call(argv, stdout=out, stderr=subprocess.STDOUT, env=environ(env))
@@ -59,15 +64,22 @@ def run(argv: list[str], env: dict, log: str, outputs: list[str], record: str | 
 
 
 def action(argv: list[str], env: dict, log: str, outputs: list[str], record: str | None, task):
-    """run() as a doit action: doit fills in `task`; cached and limited per stage as worker.run is."""
-    return cache.run(task, {"argv": argv, "env": env}, __name__, log,
-                     lambda: limits.call(task, run, argv, env, log, outputs, record),
-                     functools.partial(restored, record=record, outputs=outputs) if record else None)
+    """run() as a doit action: doit fills in `task`; cached and limited per stage
+    as worker.run is."""
+    return cache.run(
+        task,
+        {"argv": argv, "env": env},
+        __name__,
+        log,
+        lambda: limits.call(task, run, argv, env, log, outputs, record),
+        functools.partial(restored, record=record, outputs=outputs) if record else None,
+    )
 
 
 def restored(staged: dict, record: str, outputs: list[str]) -> list[str]:
-    """Why files restored from a cache (`staged`: target -> the restored file) are not one run of the tool: the
-    run's record must have its shape and name the sha256 of each output restored with it."""
+    """Why files restored from a cache (`staged`: target -> the restored file) are not one run
+    of the tool: the run's record must have its shape and name the sha256 of each output
+    restored with it."""
     with open(staged[record], "rb") as f:
         ran = json.loads(f.read())
     if not (isinstance(ran.get("argv"), list) and isinstance(ran.get("env"), dict)

@@ -1,8 +1,8 @@
-"""Per-stage concurrency limits under `doit -n N` (Ninja's pools): a memory-heavy stage runs in one of a
-few slots, so N-wide builds never hold N large compiles in memory at once. The slots are file locks
-under build/.locks: they hold across doit's threads, its processes and two doit runs in one checkout.
-The counts are resolved once at load (pipeline.slots, from toolchain/options.py's `limits` and `jobs`) and reach
-each task as task.meta["slots"]."""
+"""Per-stage concurrency limits under `doit -n N` (Ninja's pools): a memory-heavy stage runs in one
+of a few slots, so N-wide builds never hold N large compiles in memory at once. The slots are file
+locks under build/.locks: they hold across doit's threads, its processes and two doit runs in one
+checkout. The counts are resolved once at load (pipeline.slots, from toolchain/options.py's `limits`
+and `jobs`) and reach each task as task.meta["slots"]."""
 from __future__ import annotations
 
 import contextlib
@@ -21,15 +21,16 @@ def memory_gb() -> float:
 
 
 def slots_for(threads: int, peak_gb: float, jobs: int, memory: float) -> int:
-    """A stage's slots: as many steps as fit the cores by their own threads (two 2-thread simulators on two
-    cores only fight) and three quarters of the memory by their measured peak; 0 (no limit) when that is
-    all the jobs anyway."""
+    """A stage's slots: as many steps as fit the cores by their own threads (two 2-thread simulators
+    on two cores only fight) and three quarters of the memory by their measured peak; 0 (no limit)
+    when that is all the jobs anyway."""
     slots = max(1, min(jobs // max(threads, 1), int(memory * 0.75 // peak_gb)))
     return 0 if slots >= jobs else slots
 
 
 def parse(text: str, stages) -> dict[str, int]:
-    """'compile:2,verify:1' -> {'compile': 2, 'verify': 1}; 0 means no limit. ValueError says what is wrong."""
+    """'compile:2,verify:1' -> {'compile': 2, 'verify': 1}; 0 means no limit. ValueError says
+    what is wrong."""
     found = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         stage, _, count = item.partition(":")
@@ -69,11 +70,12 @@ def slot(stage: str, slots: int):
 
 
 def call(task, function, *args):
-    """function(*args) inside a slot of the task's pool (stages may share one: meta["pool"]), else of its stage
-    (the part of its name before ':')."""
+    """function(*args) inside a slot of the task's pool (stages may share one: meta["pool"]), else
+    of its stage (the part of its name before ':')."""
     meta = task.meta or {}
     asked = time.monotonic()
     with slot(meta.get("pool") or task.name.split(":")[0], meta.get("slots", 0)):
-        if time.monotonic() - asked > POLL / 2:   # it waited: the trace shows the wait as a slice of its own
+        # it waited: the trace shows the wait as a slice of its own
+        if time.monotonic() - asked > POLL / 2:
             trace.note(task.name, slot_wait=(asked, time.monotonic()))
         return function(*args)

@@ -1,18 +1,20 @@
-"""build/trace.json: where a build's time went, in the Chrome trace-event format (opens as it is in Perfetto and
-chrome://tracing), build/trace.svg (the same as a picture, one row per lane) and the critical path of what ran, as
-one line at the end of the build. A doit reporter mixin (`Traced`): every reporter of the build carries it, the
-console one of a CI log too. A run that ran nothing writes nothing. The last few traces are kept in build/traces/.
+"""build/trace.json: where a build's time went, in the Chrome trace-event format (opens as it is in
+Perfetto and chrome://tracing), build/trace.svg (the same as a picture, one row per lane) and the
+critical path of what ran, as one line at the end of the build. A doit reporter mixin (`Traced`):
+every reporter of the build carries it, the console one of a CI log too. A run that ran nothing
+writes nothing. The last few traces are kept in build/traces/.
 
-Lanes are slots, not threads: each task that ran goes on the lowest lane free when it started, so a lane never
-overlaps itself and the lanes in use at a moment are the tasks running then. A task's wait for a stage slot
-(limits.py) is a slice of its own on its lane, before the task's.
+Lanes are slots, not threads: each task that ran goes on the lowest lane free when it started, so a
+lane never overlaps itself and the lanes in use at a moment are the tasks running then. A task's
+wait for a stage slot (limits.py) is a slice of its own on its lane, before the task's.
 
-The critical path walks back from the task that ended last to what let it start: the dependency (task_dep, or the
-task whose target it reads) that ended last or, when it started later than that because every job or its stage's
-slots were taken, the task that ended last before it started (a `⇢` in the line: it waited for a job or a slot).
+The critical path walks back from the task that ended last to what let it start: the dependency
+(task_dep, or the task whose target it reads) that ended last or, when it started later than that
+because every job or its stage's slots were taken, the task that ended last before it started (a `⇢`
+in the line: it waited for a job or a slot).
 
-Every build ends with one line of counts: `N ran, M up to date, K failed (…)`, or `nothing to do` for a no-op; what
-failed is kept in build/failed.json (failures.py) until it passes."""
+Every build ends with one line of counts: `N ran, M up to date, K failed (…)`, or `nothing to do`
+for a no-op; what failed is kept in build/failed.json (failures.py) until it passes."""
 from __future__ import annotations
 
 import json
@@ -29,16 +31,19 @@ from toolchain.engine.files import atomic_path
 from toolchain.engine.state import failures
 
 KEPT = 5   # traces of earlier builds kept in build/traces/
-LATE = 0.5   # seconds after its last dependency ended that a start counts as a wait for a job or a slot
+# seconds after its last dependency ended that a start counts as a wait for a job or a slot
+LATE = 0.5
 
-# What an action says of its own run, for the trace (a restore from the cache, a wait for a slot): actions run in
-# doit's threads of this process (par_type "thread"), the reporter reads it when the task ends.
+# What an action says of its own run, for the trace (a restore from the cache, a wait for a slot):
+# actions run in doit's threads of this process (par_type "thread"), the reporter reads it when
+# the task ends.
 _noted: dict[str, dict] = {}
 _lock = threading.Lock()
 
 
 def note(task_name: str, **fields) -> None:
-    """Record a fact of the task's run: restored=True (cache/), slot_wait=(start, end) in time.monotonic()."""
+    """Record a fact of the task's run: restored=True (cache/), slot_wait=(start,
+    end) in time.monotonic()."""
     with _lock:
         _noted.setdefault(task_name, {}).update(fields)
 
@@ -82,8 +87,8 @@ def lanes(slices: list[Slice]) -> list[int]:
 
 
 def critical_path(slices: list[Slice], deps: dict[str, set[str]]) -> list[tuple[Slice, bool]]:
-    """The chain that set the build's length, first to last: (slice, True when it waited for a job or a slot
-    after what it depends on ended, and the slice before it is the one that freed it)."""
+    """The chain that set the build's length, first to last: (slice, True when it waited for a job
+    or a slot after what it depends on ended, and the slice before it is the one that freed it)."""
     by_name = {s.task: s for s in slices}
     if not by_name:
         return []
@@ -121,31 +126,64 @@ def summary(slices: list[Slice], deps: dict[str, set[str]], wall: float, jobs: i
     busy = sum(s.end - s.start for s in slices) / max(wall * jobs, 1e-9)
     steps = "".join((" ⇢ " if waited else " → ") * (i > 0) + f"{s.task} {s.end - s.start:.1f} s"
                     for i, (s, waited) in enumerate(path))
-    return f"critical path {length:.1f} s of {wall:.1f} s wall: {steps}; {jobs} jobs, {busy:.0%} busy"
+    return (
+        f"critical path {length:.1f} s of {wall:.1f} s wall: {steps}; {jobs} jobs, {busy:.0%} busy"
+    )
 
 
 def events(slices: list[Slice], load: list[tuple[float, float]]) -> list[dict]:
-    """Trace events: a complete event per slice (and per slot wait) on its lane, lane names, and counters of tasks
-    running and of the 1-minute load average."""
+    """Trace events: a complete event per slice (and per slot wait) on its lane, lane names, and
+    counters of tasks running and of the 1-minute load average."""
     out: list[dict] = []
     lane_of = lanes(slices)
     for lane in sorted(set(lane_of)):
-        out.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": lane, "args": {"name": f"slot {lane}"}})
+        out.append(
+            {
+                "ph": "M",
+                "name": "thread_name",
+                "pid": 1,
+                "tid": lane,
+                "args": {"name": f"slot {lane}"},
+            }
+        )
     out.append({"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "doit"}})
     for s, lane in zip(slices, lane_of):
         if s.waited:
-            out.append({"ph": "X", "name": f"{s.task} (waits for a {parts(s.task)['stage']} slot)", "cat": "wait",
-                        "pid": 1, "tid": lane, "ts": _us(s.start - s.waited), "dur": _us(s.waited),
-                        "args": {**parts(s.task), "status": "waited for a slot"}})
-        out.append({"ph": "X", "name": s.task, "cat": parts(s.task)["stage"], "pid": 1, "tid": lane,
-                    "ts": _us(s.start), "dur": _us(s.end - s.start), "args": {**parts(s.task), "status": s.status}})
+            out.append(
+                {
+                    "ph": "X",
+                    "name": f"{s.task} (waits for a {parts(s.task)['stage']} slot)",
+                    "cat": "wait",
+                    "pid": 1,
+                    "tid": lane,
+                    "ts": _us(s.start - s.waited),
+                    "dur": _us(s.waited),
+                    "args": {**parts(s.task), "status": "waited for a slot"},
+                }
+            )
+        out.append(
+            {
+                "ph": "X",
+                "name": s.task,
+                "cat": parts(s.task)["stage"],
+                "pid": 1,
+                "tid": lane,
+                "ts": _us(s.start),
+                "dur": _us(s.end - s.start),
+                "args": {**parts(s.task), "status": s.status},
+            }
+        )
     edges = sorted([(s.start, 1) for s in slices] + [(s.end, -1) for s in slices])
     running = 0
     for t, step in edges:
         running += step
-        out.append({"ph": "C", "name": "tasks running", "pid": 1, "ts": _us(t), "args": {"tasks": running}})
+        out.append(
+            {"ph": "C", "name": "tasks running", "pid": 1, "ts": _us(t), "args": {"tasks": running}}
+        )
     for t, value in load:
-        out.append({"ph": "C", "name": "load average", "pid": 1, "ts": _us(t), "args": {"1 min": value}})
+        out.append(
+            {"ph": "C", "name": "load average", "pid": 1, "ts": _us(t), "args": {"1 min": value}}
+        )
     return out
 
 
@@ -159,30 +197,46 @@ COLORS = {"export": "#4e79a7", "simplify": "#76b7b2", "parity": "#f28e2b", "rewr
 
 
 def picture(slices: list[Slice], summary_line: str) -> str:
-    """The timeline as a self-contained SVG: one row per lane, a box per task (its stage's colour, grey for a
-    slot wait), the task's name as its tooltip."""
+    """The timeline as a self-contained SVG: one row per lane, a box per task (its stage's colour,
+    grey for a slot wait), the task's name as its tooltip."""
     lane_of, wall = lanes(slices), max((s.end for s in slices), default=1.0) or 1.0
     width, row, left = 960, 22, 60
     scale = (width - left - 10) / wall
     rows = max(lane_of, default=0) + 1
-    boxes = [f'<text x="4" y="{30 + i * row + 15}" font-size="11">slot {i}</text>' for i in range(rows)]
+    boxes = [
+        f'<text x="4" y="{30 + i * row + 15}" font-size="11">slot {i}</text>' for i in range(rows)
+    ]
     for s, lane in zip(slices, lane_of):
         y = 30 + lane * row
-        for start, end, colour, name in ([(s.start - s.waited, s.start, COLORS["wait"], f"{s.task}: slot wait")]
-                                         if s.waited else []) + [(s.start, s.end, COLORS.get(
-                                             parts(s.task)["stage"], "#bab0ac"), s.task)]:
-            boxes.append(f'<rect x="{left + start * scale:.1f}" y="{y}" width="{max((end - start) * scale, 0.5):.1f}" '
-                         f'height="{row - 4}" fill="{colour}"><title>{escape(name)} {end - start:.1f} s</title></rect>')
-    ticks = "".join(f'<text x="{left + t * scale:.1f}" y="{30 + rows * row + 12}" font-size="10">{t:.0f} s</text>'
-                    for t in [wall * i / 5 for i in range(6)])
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{50 + rows * row}" '
-            f'font-family="sans-serif"><text x="4" y="16" font-size="12">{escape(summary_line[:150])}</text>'
-            + "".join(boxes) + ticks + "</svg>\n")
+        for start, end, colour, name in (
+            [(s.start - s.waited, s.start, COLORS["wait"], f"{s.task}: slot wait")]
+            if s.waited
+            else []
+        ) + [(s.start, s.end, COLORS.get(parts(s.task)["stage"], "#bab0ac"), s.task)]:
+            boxes.append(
+                f'<rect x="{left + start * scale:.1f}" y="{y}" '
+                f'width="{max((end - start) * scale, 0.5):.1f}" '
+                f'height="{row - 4}" fill="{colour}"><title>{escape(name)} {end - start:.1f} '
+                's</title></rect>'
+            )
+    ticks = "".join(
+        f'<text x="{left + t * scale:.1f}" y="{30 + rows * row + 12}" font-size="10">{t:.0f} '
+        's</text>'
+        for t in [wall * i / 5 for i in range(6)]
+    )
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{50 + rows * row}" '
+        'font-family="sans-serif"><text x="4" y="16" '
+        f'font-size="12">{escape(summary_line[:150])}</text>'
+        + "".join(boxes)
+        + ticks
+        + "</svg>\n"
+    )
 
 
 def write(slices: list[Slice], load: list[tuple[float, float]], summary_line: str) -> None:
-    """build/trace.json and trace.svg (each written whole, then renamed), and a copy of the trace in build/traces/
-    with the last KEPT."""
+    """build/trace.json and trace.svg (each written whole, then renamed), and a copy of the trace in
+    build/traces/ with the last KEPT."""
     trace = {"traceEvents": events(slices, load), "displayTimeUnit": "ms",
              "otherData": {"critical_path": summary_line}}
     text = json.dumps(trace, ensure_ascii=False)
@@ -199,27 +253,33 @@ def write(slices: list[Slice], load: list[tuple[float, float]], summary_line: st
 
 
 class Traced:
-    """A doit reporter mixin: records when each task with actions ran, and at the end of a run that ran any,
-    writes the trace, prints the critical path and calls each of `after(summary_line)` (the report's section
-    of the last build). `jobs`: the steps at once of this run."""
+    """A doit reporter mixin: records when each task with actions ran, and at the end of a run that
+    ran any, writes the trace, prints the critical path and calls each of `after(summary_line)` (the
+    report's section of the last build). `jobs`: the steps at once of this run."""
 
     jobs = 1
     after: tuple = ()
-    quiet_up_to_date = True   # no `-- task` line per up-to-date task: the build's last line counts them
+    # no `-- task` line per up-to-date task: the build's last line counts them
+    quiet_up_to_date = True
 
     def initialize(self, tasks, selected_tasks):
         super().initialize(tasks, selected_tasks)  # type: ignore[misc]
         self._tasks, self._t0, self._open, self._slices = tasks, time.monotonic(), {}, []
         self._load = [(0.0, round(os.getloadavg()[0], 2))]
-        self._failed: dict[str, str] = {}   # task -> its one-line reason (tasks that ran and failed)
+        # task -> its one-line reason (tasks that ran and failed)
+        self._failed: dict[str, str] = {}
         self._up_to_date = 0
 
     def _dependencies(self) -> dict[str, set[str]]:
-        """Each task's task_dep and setup tasks, and the tasks whose targets it reads (made only when a task ran:
-        a no-op pays nothing for the trace)."""
+        """Each task's task_dep and setup tasks, and the tasks whose targets it reads (made only
+        when a task ran: a no-op pays nothing for the trace)."""
         producer = {t: name for name, task in self._tasks.items() for t in task.targets}
-        return {name: set(task.task_dep) | set(task.setup_tasks) | {producer[f] for f in task.file_dep if f in producer}
-                for name, task in self._tasks.items()}
+        return {
+            name: set(task.task_dep)
+            | set(task.setup_tasks)
+            | {producer[f] for f in task.file_dep if f in producer}
+            for name, task in self._tasks.items()
+        }
 
     def execute_task(self, task):
         super().execute_task(task)  # type: ignore[misc]
@@ -243,7 +303,8 @@ class Traced:
         super().add_success(task)  # type: ignore[misc]
 
     def add_failure(self, task, fail):
-        if task.name in self._open:   # it ran (doit reports the tasks it skipped for it as failures too)
+        # it ran (doit reports the tasks it skipped for it as failures too)
+        if task.name in self._open:
             self._failed[task.name] = failures.reason(fail)
         self._ended(task, "failed")
         super().add_failure(task, fail)  # type: ignore[misc]
@@ -261,12 +322,21 @@ class Traced:
             line = summary(slices, deps, time.monotonic() - self._t0, self.jobs)
             try:
                 write(slices, self._load, line)
-                failures.update(self._tasks, deps, {s.task for s in slices if s.status != "failed"}, self._failed)
+                failures.update(
+                    self._tasks,
+                    deps,
+                    {s.task for s in slices if s.status != "failed"},
+                    self._failed,
+                )
                 for then in self.after:
                     try:
                         then(line)
-                    except (KeyError, ValueError, TypeError) as err:   # a record it reads is damaged or old: one line
-                        self.write(f"after the build: {getattr(then, '__qualname__', then)} stopped: {err!r}\n")  # type: ignore[attr-defined]
+                    # a record it reads is damaged or old: one line
+                    except (KeyError, ValueError, TypeError) as err:
+                        self.write(
+                            f"after the build: {getattr(then, '__qualname__', then)} stopped: "
+                            f"{err!r}\n"
+                        )  # type: ignore[attr-defined]
             except OSError:
                 pass   # a read-only build/: the build's outcome is not the trace's
             self.write(line + "\n")  # type: ignore[attr-defined]
@@ -274,7 +344,8 @@ class Traced:
         self.write(self.counts(slices) + "\n")  # type: ignore[attr-defined]
 
     def counts(self, slices: list[Slice]) -> str:
-        """The build's last line: what ran, what was up to date, what failed (Ninja's "no work to do" for a no-op)."""
+        """The build's last line: what ran, what was up to date, what failed (Ninja's "no work to
+        do" for a no-op)."""
         if not slices:
             return f"nothing to do: {self._up_to_date} tasks up to date"
         ran = sum(1 for s in slices if s.status == "ran")
@@ -283,7 +354,9 @@ class Traced:
         line += f"{self._up_to_date} up to date, {len(self._failed)} failed"
         if self._failed:
             names = sorted(self._failed)
-            line += f" ({', '.join(names[:3])}{f' and {len(names) - 3} more' if len(names) > 3 else ''}"
+            line += (
+                f" ({', '.join(names[:3])}{f' and {len(names) - 3} more' if len(names) > 3 else ''}"
+            )
             line += f"; {paths.FAILED})" if os.path.isfile(paths.FAILED) else ")"
         return line
 

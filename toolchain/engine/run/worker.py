@@ -25,15 +25,17 @@ FUNCTION = "__function__"
 
 
 def run(function, kwargs: dict, log: str, task):
-    """Call module-level `function(**kwargs)` in a child process, output to `log`; a doit action result.
+    """Call module-level `function(**kwargs)` in a child process, output to `log`; a
+    doit action result.
     doit fills in `task` (a parameter it knows by name): its file_dep, config_changed settings and
     targets key the artifact cache (cache/), its stage picks the concurrency limit (limits.py), its
     meta the worker mode (a fork of the fork server, or a fresh interpreter: zygote.py)."""
     name, plain = qualified(function), to_json(kwargs)
     action = {"function": name, "kwargs": plain}
     meta = task.meta or {}
-    # a task may name another interpreter (and its whole environment) for its step, e.g. a toolchain release
-    # installed in its own venv: the step then runs there, never in a fork of this process's server
+    # a task may name another interpreter (and its whole environment) for its step, e.g. a
+    # toolchain release installed in its own venv: the step then runs there, never in a fork of
+    # this process's server
     interpreter = (meta["python"], meta.get("python_env")) if meta.get("python") else None
     fresh = meta.get("workers") == "fresh"
     return cache.run(task, action, function.__module__, log,
@@ -70,7 +72,9 @@ def to_json(value):
 
 
 def from_json(text: str):
-    return json.loads(text, object_hook=lambda d: _function(d[FUNCTION]) if set(d) == {FUNCTION} else d)
+    return json.loads(
+        text, object_hook=lambda d: _function(d[FUNCTION]) if set(d) == {FUNCTION} else d
+    )
 
 
 def _function(name: str):
@@ -78,13 +82,20 @@ def _function(name: str):
     return getattr(importlib.import_module(module_name), attr)
 
 
-def _call(function: str, kwargs: dict, log: str, fresh: bool = False, interpreter: tuple | None = None,
-          preload: tuple = ()):
+def _call(
+    function: str,
+    kwargs: dict,
+    log: str,
+    fresh: bool = False,
+    interpreter: tuple | None = None,
+    preload: tuple = (),
+):
     started = time.monotonic()
     python, own_env = interpreter or (sys.executable, None)
     env = {**(own_env or os.environ), "PYTHONUNBUFFERED": "1"}
     with atomic_path(log) as tmp:
-        with open(tmp, "a") as out:   # append: a forked step writes to the same file through its own handle
+        # append: a forked step writes to the same file through its own handle
+        with open(tmp, "a") as out:
             out.write(f"# {function} {json.dumps(kwargs, sort_keys=True)}\n")
             if interpreter:
                 out.write(f"# in {python}\n")
@@ -98,15 +109,21 @@ def _call(function: str, kwargs: dict, log: str, fresh: bool = False, interprete
     lines = text.splitlines()
     failed = [line[len(FAILED):] for line in lines if line.startswith(FAILED)]
     if rc == EXIT_FAILED and failed:
-        return TaskFailed(failed[-1] + ("" if "Error:" not in failed[-1] else f"\n  full traceback: {log}"))
+        return TaskFailed(
+            failed[-1] + ("" if "Error:" not in failed[-1] else f"\n  full traceback: {log}")
+        )
     tail = "\n".join(lines[-25:])
     return TaskError(f"{function} {ended(rc)}; log {log}, last lines:\n{tail}")
 
 
 def _fresh(function: str, kwargs: dict, log, env: dict, python: str = sys.executable) -> int:
     with open(log, "a") as out:
-        return subprocess.call([python, "-m", "toolchain.engine.run.worker", function, json.dumps(kwargs)],
-                               stdout=out, stderr=subprocess.STDOUT, env=env)
+        return subprocess.call(
+            [python, "-m", "toolchain.engine.run.worker", function, json.dumps(kwargs)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
 
 
 def _forked(function: str, kwargs: dict, log, env: dict, preload: tuple = ()) -> int:
@@ -115,7 +132,8 @@ def _forked(function: str, kwargs: dict, log, env: dict, preload: tuple = ()) ->
         with open(log, "a") as out:
             out.write(f"# a fork of the fork server, pid {server.process.pid}\n")
         return server.call(function, json.dumps(kwargs), str(log))
-    except OSError as err:   # the server is gone (killed, out of memory): this step runs fresh, the next gets a new one
+    # the server is gone (killed, out of memory): this step runs fresh, the next gets a new one
+    except OSError as err:
         zygote.forget(env, preload)
         with open(log, "a") as out:
             out.write(f"# fork server unavailable ({err}); running this step in a fresh process\n")
@@ -123,8 +141,9 @@ def _forked(function: str, kwargs: dict, log, env: dict, preload: tuple = ()) ->
 
 
 def ended(rc: int) -> str:
-    """'exited with 1', or for a step killed by a signal its name, meaning and likely cause: 'was killed
-    by SIGSEGV (Segmentation fault: a crash in native code (...))' (a bare 'exited with -11' said nothing)."""
+    """'exited with 1', or for a step killed by a signal its name, meaning and likely cause: 'was
+    killed by SIGSEGV (Segmentation fault: a crash in native code (...))' (a bare 'exited with
+    -11' said nothing)."""
     if rc >= 0:
         return f"exited with {rc}"
     try:
@@ -135,10 +154,13 @@ def ended(rc: int) -> str:
 
 
 SIGNAL_HINTS = {
-    "SIGSEGV": ": a crash in native code (a library, or two libraries that clash in one process, e.g. "
-               "libsndfile/soundfile after the accelerator's libraries: read WAVs with toolchain.modelkit.read_wav)",
+    "SIGSEGV": ": a crash in native code (a library, or two libraries that clash in one process, "
+               "e.g. "
+    "libsndfile/soundfile after the accelerator's libraries: read WAVs with "
+    "toolchain.modelkit.read_wav)",
     "SIGBUS": ": a file it had mapped changed or vanished, or the disk is full",
-    "SIGKILL": ": stopped from outside, most often by the kernel's out-of-memory killer (see `dmesg`)",
+    "SIGKILL": ": stopped from outside, most often by the kernel's out-of-memory killer (see "
+               "`dmesg`)",
     "SIGABRT": ": the process aborted itself, usually a failed assertion in a native library",
     "SIGFPE": ": an arithmetic fault in native code",
     "SIGILL": ": an instruction this CPU does not have (a library built for another CPU)",
@@ -146,7 +168,8 @@ SIGNAL_HINTS = {
 
 
 def main(argv: list[str]) -> int:
-    if argv[0] == zygote.SERVE:   # the fork server (zygote.py): each step it forks runs main() below
+    # the fork server (zygote.py): each step it forks runs main() below
+    if argv[0] == zygote.SERVE:
         zygote.serve(argv[1], main, argv[2:])
         return 0
     func, kwargs = _function(argv[0]), from_json(argv[1])
@@ -156,7 +179,8 @@ def main(argv: list[str]) -> int:
         sys.stdout.flush()
         print(f"{FAILED}{err}", flush=True)
         return EXIT_FAILED
-    except Exception as err:   # the user's own code (a model module, a command) or ours: frames in the log
+    # the user's own code (a model module, a command) or ours: frames in the log
+    except Exception as err:
         user = where_in_user_code(err)
         if user is None:
             raise
@@ -167,37 +191,52 @@ def main(argv: list[str]) -> int:
 
 
 def missing_package(err: BaseException) -> str:
-    """What to do about a package the user's code imports and this environment lacks (the load-time check sees
-    top-level imports only: this is one inside a function): the same fix the spec's `requires` check gives."""
+    """What to do about a package the user's code imports and this environment lacks (the load-time
+    check sees top-level imports only: this is one inside a function): the same fix the spec's
+    `requires` check gives."""
     if not isinstance(err, ModuleNotFoundError) or not err.name or err.name.startswith("."):
         return ""
     package = err.name.split(".")[0]
-    if package != err.name and package in sys.modules:   # the package is there, a module of it is not
+    # the package is there, a module of it is not
+    if package != err.name and package in sys.modules:
         return ""
     return (f"; {package} is not installed: pip install '{package}', and add it to the spec: "
             f"requires = [\"{package}\"] (checked at load)")
 
 
 def where_in_user_code(err: BaseException) -> str | None:
-    """'models/m.py:12 (in export)' for the innermost frame of an error raised in code outside this package
-    and outside installed packages (the user's model module), or its syntax error's file and line."""
+    """'models/m.py:12 (in export)' for the innermost frame of an error raised in code outside
+    this package and outside installed packages (the user's model module), or its syntax error's
+    file and line."""
     if isinstance(err, SyntaxError) and err.filename and not _ours(err.filename):
         return f"{os.path.relpath(err.filename)}:{err.lineno}"
     user = [f for f in traceback.extract_tb(err.__traceback__) if not _ours(f.filename)]
-    return f"{os.path.relpath(user[-1].filename)}:{user[-1].lineno} (in {user[-1].name})" if user else None
+    return (
+        f"{os.path.relpath(user[-1].filename)}:{user[-1].lineno} (in {user[-1].name})"
+        if user
+        else None
+    )
 
 
 def _ours(filename: str) -> bool:
     """Frames of this package, of Python itself or of an installed package: not the user's code."""
     path = os.path.abspath(filename)
-    return (path.startswith(_PACKAGE) or path.startswith(sys.prefix) or path.startswith(sys.base_prefix)
-            or "site-packages" in path or filename.startswith("<"))
+    return (
+        path.startswith(_PACKAGE)
+        or path.startswith(sys.prefix)
+        or path.startswith(sys.base_prefix)
+        or "site-packages" in path
+        or filename.startswith("<")
+    )
 
 
 def load_module(path: str):
     """Import a model's own code (models/<module>.py) by path."""
     import importlib.util
-    name = "model_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_").replace(".", "_")
+
+    name = "model_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_").replace(
+        ".", "_"
+    )
     cached = sys.modules.get(name)
     # another folder's (or a file since removed, e.g. init's temp folder): load this one
     if cached is not None and cached.__file__ and os.path.exists(cached.__file__) and \

@@ -1,8 +1,8 @@
-"""Outputs are part of the state (Bazel's rule): after a task succeeds its targets' size, mtime and sha256
-are recorded; on every `doit` a target whose size differs, or whose mtime or ctime (stamps.py) differs and
-bytes too, makes its task stale, so a damaged checkpoint copy, ONNX, binary or record is rebuilt rather than
-trusted, even when the damage kept its size and mtime.
-`doit rehash=1` (or QNN_REHASH=1) compares every target's bytes, for damage that kept size and mtime."""
+"""Outputs are part of the state (Bazel's rule): after a task succeeds its targets' size, mtime and
+sha256 are recorded; on every `doit` a target whose size differs, or whose mtime or ctime
+(stamps.py) differs and bytes too, makes its task stale, so a damaged checkpoint copy, ONNX, binary
+or record is rebuilt rather than trusted, even when the damage kept its size and mtime. `doit
+rehash=1` (or QNN_REHASH=1) compares every target's bytes, for damage that kept size and mtime."""
 from __future__ import annotations
 
 import os
@@ -26,8 +26,11 @@ def _db() -> sqlite3.Connection:
         os.makedirs(os.path.dirname(where), exist_ok=True)
         conn = sqlite3.connect(where, timeout=60, isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("CREATE TABLE IF NOT EXISTS outputs (task TEXT, path TEXT, size INTEGER, mtime_ns INTEGER, "
-                     "sha256 TEXT, PRIMARY KEY (task, path))")
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS outputs (task TEXT, path TEXT, size INTEGER, mtime_ns "
+            "INTEGER, "
+            "sha256 TEXT, PRIMARY KEY (task, path))"
+        )
         conns[where] = conn
     return conns[where]
 
@@ -55,18 +58,24 @@ def record(task):
         db.execute("DELETE FROM outputs WHERE task = ?", (task.name,))
         db.executemany("INSERT INTO outputs VALUES (?, ?, ?, ?, ?)", rows)
         db.execute("COMMIT")
-    except sqlite3.Error as err:   # full disk, read-only build/: say so; the next run records it again
+    # full disk, read-only build/: say so; the next run records it again
+    except sqlite3.Error as err:
         return TaskFailed(statedb.explain(paths.OUTPUTS_DB, err))
 
 
 def intact(task, values, rehash: bool = False) -> bool:
-    """A doit uptodate check: False when a target is not what the task wrote. Size differs: changed. mtime
-    differs (or `rehash`): its bytes are compared with the recorded sha256, as doit's own checker does for
-    inputs, so a touch rebuilds nothing. A task built before outputs were recorded gets its record now."""
+    """A doit uptodate check: False when a target is not what the task wrote. Size differs: changed.
+    mtime differs (or `rehash`): its bytes are compared with the recorded sha256, as doit's own
+    checker does for inputs, so a touch rebuilds nothing. A task built before outputs were recorded
+    gets its record now."""
     try:
         db = _db()
-        known = {p: (size, mtime, sha) for p, size, mtime, sha in
-                 db.execute("SELECT path, size, mtime_ns, sha256 FROM outputs WHERE task = ?", (task.name,))}
+        known = {
+            p: (size, mtime, sha)
+            for p, size, mtime, sha in db.execute(
+                "SELECT path, size, mtime_ns, sha256 FROM outputs WHERE task = ?", (task.name,)
+            )
+        }
     except sqlite3.Error:   # a read-only build/ that never had a record: `doit list` still answers
         return True
     updates = []
@@ -85,38 +94,50 @@ def intact(task, values, rehash: bool = False) -> bool:
             continue
         was_size, was_mtime, sha = known[path]
         if size != was_size:
-            return _changed(task.name, path, f"changed since {task.name} wrote it (size {was_size} -> {size})")
-        if mtime != was_mtime or rehash or not stamps.seen("sha256", path, st, sha):   # a new ctime: read it
+            return _changed(
+                task.name, path, f"changed since {task.name} wrote it (size {was_size} -> {size})"
+            )
+        # a new ctime: read it
+        if mtime != was_mtime or rehash or not stamps.seen("sha256", path, st, sha):
             if files.sha256(path) != sha:
                 return _changed(task.name, path, f"bytes changed since {task.name} wrote it")
             stamps.learn("sha256", path, st, sha)
             if mtime != was_mtime:
-                updates.append((task.name, path, size, mtime, sha))   # touched, same bytes: remember the mtime
+                # touched, same bytes: remember the mtime
+                updates.append((task.name, path, size, mtime, sha))
     if updates:
         try:
             db.executemany("INSERT OR REPLACE INTO outputs VALUES (?, ?, ?, ?, ?)", updates)
-        except sqlite3.Error:   # a read-only build/ (`doit list` still answers): recorded by a later run
+        # a read-only build/ (`doit list` still answers): recorded by a later run
+        except sqlite3.Error:
             pass
     return True
 
 
 def _changed(task_name: str, path: str, how: str) -> bool:
-    """Say why a task runs again: its target changed, or it failed last time and wrote what it had (a failed check's
-    record), which is no damage (read only here, on a mismatch: a no-op never opens the failure record)."""
+    """Say why a task runs again: its target changed, or it failed last time and wrote what it had
+    (a failed check's record), which is no damage (read only here, on a mismatch: a no-op never
+    opens the failure record)."""
     if task_name in failures.load():
-        print(f"{task_name} failed in an earlier build ({path} holds what it wrote then): running it again")
+        print(
+            f"{task_name} failed in an earlier build ({path} holds what it wrote then): running it "
+            "again"
+        )
     else:
         print(f"{path}: {how}: rebuilding it")
     return False
 
 
 def rewritten(task_name: str, path: str) -> None:
-    """`path`, a target of `task_name`, was rewritten by the build itself after the task (the report's section of
-    the last build's trace): record its new bytes, so the next run does not take it for damage."""
+    """`path`, a target of `task_name`, was rewritten by the build itself after the task (the
+    report's section of the last build's trace): record its new bytes, so the next run does not take
+    it for damage."""
     st = os.stat(path)
     sha = files.sha256(path)
-    _db().execute("UPDATE outputs SET size = ?, mtime_ns = ?, sha256 = ? WHERE task = ? AND path = ?",
-                  (st.st_size, st.st_mtime_ns, sha, task_name, path))
+    _db().execute(
+        "UPDATE outputs SET size = ?, mtime_ns = ?, sha256 = ? WHERE task = ? AND path = ?",
+        (st.st_size, st.st_mtime_ns, sha, task_name, path),
+    )
     stamps.learn("sha256", path, st, sha)
 
 

@@ -1,7 +1,8 @@
-"""What a file's bytes were last seen to be, by its stamp (files.stamp: size, mtime, ctime, inode), kept
-across runs in build/.stamps.json: the memo that lets the content checks (checker.py for inputs, outputs.py
-for targets) trust an unchanged file without reading it. An edit that kept size and mtime moved the ctime,
-so it is read again; a file with no stamp yet (a build made before) is read once to learn it. Written when
+"""What a file's bytes were last seen to be, by its stamp (files.stamp: size, mtime, ctime, inode),
+kept across runs in build/.stamps.json: the memo that lets the content checks (checker.py for
+inputs, outputs.py for targets) trust an unchanged file without reading it. An edit that kept size
+and mtime moved the ctime, so it is read again; a file with no stamp yet (a build made before) is
+read once to learn it. Written when
 doit closes its state DB (statedb.py), one file per build folder."""
 from __future__ import annotations
 
@@ -12,18 +13,21 @@ import os
 from toolchain.engine import files, paths
 
 FILE = f"{paths.BUILD}/.stamps.json"
-# a build's stamps file -> {"known": {"<kind>:<path as the task names it>": [...]}, "changed"}; one per project
-# folder (the working directory of the doit run), so a path relative to it names one file
+# a build's stamps file -> {"known": {"<kind>:<path as the task names it>": [...]}, "changed"};
+# one per project folder (the working directory of the doit run), so a path relative to it
+# names one file
 _stores: dict[str, dict] = {}
 
 
 def seen(kind: str, path, st, digest: str) -> bool:
-    """The file's stamp is the one it had when `digest` (of `kind`: md5, sha256) was taken from it."""
+    """The file's stamp is the one it had when `digest` (of `kind`: md5, sha256) was
+    taken from it."""
     return _store()["known"].get(f"{kind}:{path}") == [*files.stamp(st), digest]
 
 
 def recall(kind: str, path, st) -> str | None:
-    """What was learned (of `kind`) about the file while it had the stamp it has now; None if it changed since."""
+    """What was learned (of `kind`) about the file while it had the stamp it has now; None if
+    it changed since."""
     entry = _store()["known"].get(f"{kind}:{path}")
     return entry[-1] if entry and entry[:-1] == list(files.stamp(st)) else None
 
@@ -50,8 +54,8 @@ def _store() -> dict:
 
 
 def save(owner: int | None = None) -> None:
-    """Write each changed build's stamps (a temp file renamed: a kill keeps the previous ones); a forked child
-    that inherited the exit hook writes nothing."""
+    """Write each changed build's stamps (a temp file renamed: a kill keeps the previous ones); a
+    forked child that inherited the exit hook writes nothing."""
     if owner is not None and os.getpid() != owner:
         return
     for cwd, store in _stores.items():
@@ -64,7 +68,8 @@ def save(owner: int | None = None) -> None:
                 json.dump(store["known"], f, separators=(",", ":"))
             os.replace(tmp, where)
             store["changed"] = False
-        except OSError:   # a read-only or full folder: the next run reads the files again, nothing breaks
+        # a read-only or full folder: the next run reads the files again, nothing breaks
+        except OSError:
             try:
                 os.unlink(tmp)
             except OSError:
