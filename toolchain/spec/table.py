@@ -44,14 +44,14 @@ def plain(value):
 class Table:
     """A TOML table that knows its file and dotted location, for one-line error messages."""
 
-    def __init__(self, data: dict, file: str, where: str = ""):
+    def __init__(self, data: dict, file: str, where: str = "") -> None:
         self.data, self.file, self.where = data, file, where
         self.used: set[str] = set()
 
     def loc(self, key: str) -> str:
         return f"{self.where}.{key}" if self.where and key else self.where or key
 
-    def fail(self, key: str, message: str):
+    def fail(self, key: str, message: str) -> None:
         raise SpecError(f"{self.file}: {self.loc(key)}: {message}")
 
     def req(self, key: str, kind, choices=None):

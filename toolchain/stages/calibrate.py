@@ -11,6 +11,7 @@ verification tier checks ([verify] clips) are held out, so that check always run
 quantizer never saw."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
 
 
-def tasks(project: Project):
+def tasks(project: Project) -> Iterator[dict]:
     for model in project.models:
         onnx_files = {g.name: artifacts.simplified(model, g) for g in model.graphs}
         # the model code finds a [windows] copy's window in it
@@ -101,7 +102,7 @@ def write(
     held_out: list | tuple = (),
     field: str = "",
     io: dict | None = None,
-):
+) -> None:
     import numpy as np
     module = load_module(module_file)
     cpu = {g: modeldata.cpu(p) for g, p in onnx_files.items()}

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 
 from doit.tools import config_changed
 
@@ -17,7 +18,7 @@ from toolchain.stages import Project, export
 DOC = "verify the pinned checkpoint's sha256 and convert it for the export code"
 
 
-def tasks(project: Project):
+def tasks(project: Project) -> Iterator[dict]:
     for model in project.models:
         ck = model.checkpoint
         if ck is None:   # every graph's ONNX comes from a declared command or file
@@ -52,7 +53,7 @@ def tasks(project: Project):
         }
 
 
-def prepare(spec_file: str, module_file: str, parts: list, pinned: str, fmt: str, out: str):
+def prepare(spec_file: str, module_file: str, parts: list, pinned: str, fmt: str, out: str) -> None:
     """Refuse a checkpoint whose bytes are not the pinned ones; else let the model
     code convert it."""
     if len(parts) == 1:

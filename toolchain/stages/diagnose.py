@@ -17,6 +17,7 @@ import math
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from typing import cast
 
 from doit.tools import config_changed
@@ -28,13 +29,13 @@ from toolchain.errors import StageFailed
 from toolchain.shared import measures, modeldata
 from toolchain.shared.iorecord import io_record
 from toolchain.spec.chips import Chip
-from toolchain.spec.records import Model
+from toolchain.spec.records import Graph, Model
 from toolchain.stages import Compiler, Project
 
 FLOATS = (1, 10)   # onnx.TensorProto.FLOAT, FLOAT16: the tensors compared (not shapes or indices)
 
 
-def tasks(project: Project):
+def tasks(project: Project) -> Iterator[dict]:
     for model, chip in project.model_chips():
         compiler = project.compiler(model)
         cut = pieces(model, compiler, chip)
@@ -90,7 +91,7 @@ def pieces(model: Model, compiler: Compiler, chip: Chip) -> dict | None:
     return {g: list(p) for g, p in found.items() if p} if all(found.values()) else None
 
 
-def threshold(model, graph) -> dict:
+def threshold(model: Model, graph: Graph) -> dict:
     """The verify stage's limits for one graph."""
     return {
         "max_rel": graph.precision.max_rel(model.verify),
@@ -147,7 +148,7 @@ def locate(
     thresholds: dict,
     out: str,
     spec: str = "",
-):
+) -> None:
     import onnx
     module = load_module(module_file)
     cpu = {name: modeldata.cpu(path) for name, path in graphs.items()}

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
@@ -19,6 +20,7 @@ from toolchain.engine.run.worker import load_module, missing_package, run
 from toolchain.errors import StageFailed
 from toolchain.shared import modeldata
 from toolchain.shared.iorecord import io_record
+from toolchain.spec.records import Graph, Model
 from toolchain.stages import Project
 
 if TYPE_CHECKING:   # annotations only
@@ -29,7 +31,7 @@ def tool_version() -> dict:
     return {"torch": versions.version("torch"), "onnxscript": versions.version("onnxscript")}
 
 
-def tasks(project: Project):
+def tasks(project: Project) -> Iterator[dict]:
     for model in project.models:
         settings_export = dict(model.export)
         for graph in model.graphs:
@@ -92,10 +94,10 @@ def torch_to_onnx(
     onnx.save(proto, out)
 
 
-def _external_task(model, graph, out: str, record: str, log: str) -> dict:
+def _external_task(model: Model, graph: Graph, out: str, record: str, log: str) -> dict:
     """The ONNX from a declared command (its argv and the files it reads are the dependencies) or
     a given file."""
-    kind, *rest = graph.source
+    kind, *rest = graph.source or ("",)
     action: Callable[..., None]
     if kind == "onnx":
         path, sha, origin = rest
@@ -146,7 +148,7 @@ def _external_task(model, graph, out: str, record: str, log: str) -> dict:
 
 def export(
     module_file: str, checkpoint: str, graph: str, settings: dict, out: str, record: str, io: dict
-):
+) -> None:
     module = load_module(module_file)
     if not callable(getattr(module, "export", None)):
         raise StageFailed(
@@ -173,7 +175,7 @@ def export(
 
 def external(
     argv: list, cwd: str, out: str, record: str, tools: dict | None = None, io: dict | None = None
-):
+) -> None:
     """Run an external exporter in the spec's folder; {out} is where it must write the ONNX,
     {python} this interpreter. Its dynamic input axes are pinned to the declared shapes as a given
     file's are. The record keeps the argv, the ONNX's sha256, what was pinned and the tools (Python,
@@ -266,7 +268,7 @@ def refuse_foreign_ops(onnx_model, where: str) -> None:
     )
 
 
-def given(src: str, sha: str, out: str, record: str, io: dict, origin: str = ""):
+def given(src: str, sha: str, out: str, record: str, io: dict, origin: str = "") -> None:
     """Take an existing ONNX file, refusing other bytes than the pinned ones; its dynamic input
     axes are fixed to the spec's declared shapes and every shape inferred again, so the result
     is fully static."""
@@ -305,7 +307,7 @@ def given_member(
     record: str,
     io: dict,
     origin: str,
-):
+) -> None:
     """A given ONNX that is a member of an archive (a package's .tar.gz or .zip): the
     archive's bytes checked, the member (a regular file) read out beside `out`, then taken as
     any given file."""

@@ -4,6 +4,8 @@ convert and compile waits for)."""
 from __future__ import annotations
 
 import collections
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -14,6 +16,9 @@ from toolchain.errors import StageFailed
 from toolchain.rewrites import known_wrong
 from toolchain.shared.iorecord import io_record
 from toolchain.stages import Project
+
+if TYPE_CHECKING:   # annotations only: onnx is imported where used
+    import onnx
 
 DTYPES = {
     1: "float32",
@@ -28,7 +33,7 @@ DTYPES = {
 INT8 = {2, 3}   # quantize in QNN, never in the ONNX (the guide)
 
 
-def tasks(project: Project):
+def tasks(project: Project) -> Iterator[dict]:
     for model in project.models:
         for graph in model.graphs:
             src, out = artifacts.simplified(model, graph), artifacts.inspected(model, graph)
@@ -67,7 +72,7 @@ def _which_side(kind: str, name: str, dims: list, shape: list, graph: str) -> st
     )
 
 
-def problems(model, declared: dict, spec_file: str, graph: str = "") -> list[str]:
+def problems(model: onnx.ModelProto, declared: dict, spec_file: str, graph: str = "") -> list[str]:
     """Every way the ONNX graph breaks the NPU rules or the spec; empty when it is fine."""
     found = []
     for kind, values in (("input", model.graph.input), ("output", model.graph.output)):
@@ -114,7 +119,7 @@ def problems(model, declared: dict, spec_file: str, graph: str = "") -> list[str
     return found
 
 
-def check(src: str, declared: dict, spec_file: str, out: str, graph: str = ""):
+def check(src: str, declared: dict, spec_file: str, out: str, graph: str = "") -> None:
     import onnx
     model = onnx.load(src, load_external_data=False)
     found = problems(model, declared, spec_file, graph)

@@ -1,6 +1,7 @@
 """Per (model, chip): one JSON record of what was built and measured, next to the binaries."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from doit.tools import config_changed
@@ -11,6 +12,8 @@ from toolchain.engine.run.worker import in_process
 from toolchain.errors import StageFailed
 from toolchain.qnn import compat
 from toolchain.shared import stream
+from toolchain.spec.chips import Chip
+from toolchain.spec.records import Model
 from toolchain.spec.table import plain
 from toolchain.spec.windows import by_size
 from toolchain.stages import Project, parity, simplify
@@ -21,7 +24,7 @@ CONFIG_KEYS = ("soc_type", "arch", "vtcm_size", "relaxed_precision_flag", "OpO",
 SECTIONS = {"parity", "exports", "inspect", "compile", "verify"}
 
 
-def tasks(project: Project):
+def tasks(project: Project) -> Iterator[dict]:
     for model, chip in project.model_chips():
         sources = _sources(project, model, chip)
         meta: dict[str, Any] = {
@@ -83,7 +86,7 @@ def tasks(project: Project):
         }
 
 
-def _sources(project: Project, model, chip) -> dict:
+def _sources(project: Project, model: Model, chip: Chip) -> dict:
     sources: dict = {"parity": artifacts.parity(model) if parity.available(model) else {},
                "exports": {g.name: artifacts.export_record(model, g) for g in model.graphs},
                "inspect": {g.name: artifacts.inspected(model, g) for g in model.graphs},
@@ -102,7 +105,7 @@ def _sources(project: Project, model, chip) -> dict:
     return {**sources, **project.compiler(model).manifest_sources(model, chip)}
 
 
-def write(meta: dict, sources: dict, out: str):
+def write(meta: dict, sources: dict, out: str) -> None:
     # a failed verify's record is the user's, not a release's
     for tier, path in sources["verify"].items():
         if read_json(path).get("status") == "failed":

@@ -8,6 +8,8 @@ against the largest window's) and writes the model's record, parity.json, from b
 simulator (verify): a model that fails on the CPU never pays a simulator run."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from doit.tools import config_changed
 
 from toolchain import artifacts
@@ -18,10 +20,11 @@ from toolchain.errors import StageFailed
 from toolchain.shared import measures, modeldata, stream
 from toolchain.shared.iorecord import io_record
 from toolchain.spec import REFERENCES, windows
+from toolchain.spec.records import Graph, Model
 from toolchain.stages import Project, export
 
 
-def tasks(project: Project):
+def tasks(project: Project) -> Iterator[dict]:
     tool = {"torch": versions.version("torch"), "onnxruntime": versions.version("onnxruntime")}
     for model in project.models:
         if not available(model):
@@ -83,7 +86,7 @@ def streams(graphs) -> dict:
     }
 
 
-def groups(model) -> dict[str, tuple]:
+def groups(model: Model) -> dict[str, tuple]:
     """The graphs judged together, by the group's name (its graphs' names joined by '+'): each
     window's graphs (a window's encoder with the decoder that consumes it, spec/windows.py), every
     graph not cut per window with the largest window's; without windows, all the model's graphs. A
@@ -99,11 +102,11 @@ def groups(model) -> dict[str, tuple]:
     return {"+".join(names): tuple(by_name[n] for n in names) for names in parts}
 
 
-def group_of(model, graph) -> str:
+def group_of(model: Model, graph: Graph) -> str:
     return next(name for name, graphs in groups(model).items() if graph in graphs)
 
 
-def gate(model, graph=None) -> list[str]:
+def gate(model: Model, graph: Graph | None = None) -> list[str]:
     """The task_dep of a compile (convert, quantize) of `graph` (None: of every graph): its CPU
     checks run, and pass, first, so a graph that already fails on the CPU in a minute never costs
     minutes of compiles (fail fast; the inspection of each graph is in the compile's file_dep): the
@@ -115,12 +118,12 @@ def gate(model, graph=None) -> list[str]:
             + [f"rewrite_check:{model.name}"] * rewritten(model))
 
 
-def available(model) -> bool:
+def available(model: Model) -> bool:
     """A reference exists to compare with: the model code's PyTorch (or other) runner."""
     return model.parity["reference"] != "none"
 
 
-def rewritten(model) -> bool:
+def rewritten(model: Model) -> bool:
     """Some graph declares legalizing rewrites (checked against the unrewritten graph:
     stages/rewrite_check.py)."""
     return any(g.rewrite for g in model.graphs)
@@ -155,7 +158,7 @@ def _runs(module_file: str, checkpoint: str | None, onnx_files: dict, settings: 
         ) from err
     cpu: dict = {}   # each graph's session made when first run (the model's step may run none)
 
-    def onnx_run(graph, feeds):
+    def onnx_run(graph: Graph, feeds):
         if graph not in cpu:
             cpu[graph] = modeldata.cpu(onnx_files[graph])
         return cpu[graph](feeds)
@@ -172,7 +175,7 @@ def check_tensors(
     io: dict,
     spec: str = "",
     streams: dict | None = None,
-):
+) -> None:
     """parity:<model>/<group>: the group's graphs per call."""
     module, reference, onnx_run = _runs(module_file, checkpoint, onnx_files, settings, io)
     record, failures = compare_tensors(
@@ -197,7 +200,7 @@ def check(
     spec: str = "",
     streams: dict | None = None,
     tensors: dict | None = None,
-):
+) -> None:
     """parity:<model>: the model's own measures over all its graphs, and its record with the
     per-call tensors of each group (`tensors`: group -> its record, checked already); without them,
     the per-call check here too."""

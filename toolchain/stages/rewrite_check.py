@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
 
 from doit.tools import config_changed
 
@@ -20,7 +21,7 @@ from toolchain.shared.iorecord import io_record
 from toolchain.stages import Project, parity
 
 
-def tasks(project: Project):
+def tasks(project: Project) -> Iterator[dict]:
     tool = {"onnxruntime": versions.version("onnxruntime")}
     for model in project.models:
         if not parity.rewritten(model):
@@ -71,7 +72,7 @@ def check(
     io: dict,
     spec: str,
     streams: dict,
-):
+) -> None:
     module = load_module(module_file)
     applied = {g: read_json(p["applied"])["applied"] for g, p in graphs.items() if p["applied"]}
     before = {g: modeldata.cpu(p["unrewritten"] or p["rewritten"]) for g, p in graphs.items()}

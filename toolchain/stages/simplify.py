@@ -4,6 +4,7 @@ the rewrite stage's check)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from doit.tools import config_changed
@@ -24,7 +25,7 @@ REWRITE_CODE = sorted(
 )
 
 
-def tasks(project: Project):
+def tasks(project: Project) -> Iterator[dict]:
     tool = tool_version()
     for model in project.models:
         for graph in model.graphs:
@@ -56,7 +57,7 @@ def tool_version() -> dict:
     return {"onnxsim": versions.version("onnxsim"), "onnx": versions.version("onnx")}
 
 
-def simplify(src: str, out: str, rewrite=(), unrewritten: str = "", record: str = ""):
+def simplify(src: str, out: str, rewrite=(), unrewritten: str = "", record: str = "") -> None:
     import onnx
     import onnxsim
     onnx_or_fail(src, f"{src} is")

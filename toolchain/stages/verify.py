@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
@@ -22,6 +23,7 @@ from toolchain.engine.run.worker import load_module, run
 from toolchain.errors import StageFailed
 from toolchain.shared import measures, modeldata, stream
 from toolchain.shared.iorecord import io_record
+from toolchain.spec.records import Graph, Model
 from toolchain.stages import Project, diagnose, parity
 
 
@@ -38,7 +40,7 @@ class Checks(TypedDict):
     streams: NotRequired[dict[str, dict]]
 
 
-def tasks(project: Project, tier: str):
+def tasks(project: Project, tier: str) -> Iterator[dict]:
     said: dict[str, str] = {}   # inputs_said() per model: it reads the model file
     for model, chip in project.model_chips():
         # its full tier is the runtime's own loop
@@ -127,7 +129,7 @@ def tasks(project: Project, tier: str):
         }
 
 
-def inputs_said(model, clips: tuple) -> str:
+def inputs_said(model: Model, clips: tuple) -> str:
     """What a tier runs on, in words (`doit list`), from what the model file defines (read, not
     imported): the per-call tensors on the first sample, the stream loops and the model's metric on
     all (`clips`: those named)."""
@@ -187,10 +189,10 @@ def check(
     sim = {name: _memo(factory(**kwargs)) for name, (factory, kwargs) in simulators.items()}
     streams = streams or {}
 
-    def cpu_run(graph, feeds):
+    def cpu_run(graph: Graph, feeds):
         return cpu[graph](feeds)
 
-    def sim_run(graph, feeds):
+    def sim_run(graph: Graph, feeds):
         return sim[graph](feeds)
 
     samples = modeldata.samples(module, data_dir, checks["clips"], f"{spec}: verify.clips")

@@ -24,6 +24,7 @@ from toolchain.engine.options import Options
 from toolchain.errors import SpecError
 from toolchain.shared.iorecord import io_record
 from toolchain.spec.chips import Chip
+from toolchain.spec.records import Graph, Model
 from toolchain.stages import Stage
 
 NAME = ep.NAME
@@ -101,7 +102,7 @@ class Compiler(stages.Compiler):
         if routed and modellib.compiler() is None:
             raise SpecError(f"{routed[0].spec_file}: {modellib.missing_compiler_message()}")
 
-    def families(self, model, override: str = "") -> tuple[str, ...]:
+    def families(self, model: Model, override: str = "") -> tuple[str, ...]:
         """`[compile] runtime_qairt` / `qairt`, or the command line's `qairt=` for this run:
         family names, "" for the build's own (the default family keeps today's task names,
         paths and settings)."""
@@ -111,7 +112,7 @@ class Compiler(stages.Compiler):
         own = families.default().name
         return () if names in ((), (own,)) else tuple("" if n == own else n for n in names)
 
-    def spec_problems(self, model) -> list[tuple[str, str]]:
+    def spec_problems(self, model: Model) -> list[tuple[str, str]]:
         """A graph's [graphs.<g>.compile] takes `ep_options = {name = value}`, checked against
         the EP's own."""
         found = []
@@ -140,27 +141,27 @@ class Compiler(stages.Compiler):
                     ]
         return found
 
-    def options(self, model, graph, chip) -> dict:
+    def options(self, model: Model, graph: Graph, chip: Chip) -> dict:
         """The EP options one graph is compiled and simulated with."""
         return ep.graph_options(model, graph, chip)
 
-    def identity(self, chip=None) -> dict:
+    def identity(self, chip: Chip | None = None) -> dict:
         family = _family(chip)
         return family.identity() if family else ep.version()
 
-    def tool_files(self, chip=None) -> list[str]:
+    def tool_files(self, chip: Chip | None = None) -> list[str]:
         """The wheel's libraries; a family's environment record (it holds the
         family's library sizes)."""
         family = _family(chip)
         return [artifacts.qairt_env(family.name)] if family else ep.library_files()
 
-    def sdk_version(self, chip=None) -> str:
+    def sdk_version(self, chip: Chip | None = None) -> str:
         return self.identity(chip)["qairt"]
 
-    def runtime_view(self, graph) -> dict:
+    def runtime_view(self, graph: Graph) -> dict:
         return io_record(graph)   # the EP keeps ONNX names and layouts
 
-    def simulator(self, model, graph, chip, tier: str) -> tuple:
+    def simulator(self, model: Model, graph: Graph, chip: Chip, tier: str) -> tuple:
         found = {
             "ctx_model": artifacts.context_model(model, graph, chip),
             "options": self.options(model, graph, chip),
@@ -171,7 +172,7 @@ class Compiler(stages.Compiler):
                                          "env": families.environ(family)}
         return ep.simulator, found
 
-    def piece_runner(self, model, graph, chip) -> tuple | None:
+    def piece_runner(self, model: Model, graph: Graph, chip: Chip) -> tuple | None:
         if _family(chip):
             # pieces compile in the verify step's own process: the build's own QAIRT only
             return None
@@ -180,7 +181,7 @@ class Compiler(stages.Compiler):
             return None
         return ep.piece_simulator, {"options": self.options(model, graph, chip)}
 
-    def verify_settings(self, model, chip, tier: str) -> dict:
+    def verify_settings(self, model: Model, chip: Chip, tier: str) -> dict:
         found = {"options": ep.provider_options(chip.record(), model.compile["optimization"]),
                  "tool": self.identity(chip)}
         own = {
@@ -200,7 +201,7 @@ class Compiler(stages.Compiler):
     def runtime_libraries(self, chip: Chip) -> dict:
         return ep.runtime_libraries(chip.record(), _family(chip) or families.default())
 
-    def manifest_sources(self, model, chip) -> dict:
+    def manifest_sources(self, model: Model, chip: Chip) -> dict:
         """What each graph became on the NPU (QNN op counts, weight bytes), from
         its convert record."""
         routed = {g.name: artifacts.stage_record(model, g, "convert", family=chip.family)
@@ -212,7 +213,7 @@ class Compiler(stages.Compiler):
         return found
 
 
-def _family(chip):
+def _family(chip: Chip | None) -> families.Family | None:
     """The chip's QAIRT family when it is not the build's own (None: the default, today's build)."""
-    name = getattr(chip, "family", "") if chip is not None else ""
+    name = chip.family if chip is not None else ""
     return families.table()[name] if name else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
@@ -23,7 +24,7 @@ if TYPE_CHECKING:   # annotations only
     from collections.abc import Callable
 
 
-def tasks(project: Project):
+def tasks(project: Project) -> Iterator[dict]:
     for model, graph, chip in project.graph_chips(ep.NAME):
         tool = families.tool(chip.family)
         suffix = project.compiler(model).binary_suffix
@@ -105,7 +106,7 @@ def build(
     precision: str,
     io: dict,
     family: dict | None = None,
-):
+) -> None:
     """Compose the model library into libQnnHtp.so with the chip's settings (context.py), keep the
     finalized context's binary, wrap it, then prove it is what was asked for."""
     started = time.monotonic()
@@ -153,7 +154,7 @@ def build(
 
 def build_direct(
     src: str, out: str, record: str, options: dict, chip: dict, precision: str, io: dict
-):
+) -> None:
     """Compile in this (fresh) process with the EP, then prove the binary is what was asked for."""
     result = ep.compile(src, out, options)
     binary = result["binary"]

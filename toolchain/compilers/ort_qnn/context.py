@@ -18,6 +18,7 @@ import ctypes as C
 from toolchain.engine.files import atomic_path
 from toolchain.qnn import qnnbin
 from toolchain.qnn.qnnbin import INTERFACE_FUNCTIONS, ErrorHandle, Interface, htp_lib
+from toolchain.spec.records import Graph
 
 _P = C.c_void_p
 # Option numbers of the documented QNN HTP API (QnnDevice/QnnGraph config options,
@@ -78,7 +79,7 @@ def _optimization(level: float) -> _Custom:
 class ConfigList:
     """A NULL-terminated `const Qnn*_Config_t**` of CUSTOM configs, kept alive with its parts."""
 
-    def __init__(self, customs: list[_Custom]):
+    def __init__(self, customs: list[_Custom]) -> None:
         self.customs = customs
         self.configs = [_Config(CONFIG_OPTION_CUSTOM, C.cast(C.pointer(c), _P)) for c in customs]
         self.array = (C.POINTER(_Config) * (len(self.configs) + 1))(
@@ -142,7 +143,7 @@ class Replay:
     put back and the finalized context's binary kept (`binary`, `graph_names`)."""
 
     def __init__(self, chip: dict, settings: dict, device_config_offset: int = DEVICE_CONFIG_OFFSET,
-                 lib_dir: str | None = None):
+                 lib_dir: str | None = None) -> None:
         provs, n = C.POINTER(C.POINTER(Interface))(), C.c_uint32()
         lib = htp_lib(lib_dir)
         lib.QnnInterface_getProviders.restype = ErrorHandle
@@ -167,7 +168,7 @@ class Replay:
         def device_create(log, _configs, device):
             return real_device(log, self._device_configs.pointer, device)
 
-        def graph_create(context, name, _configs, graph):
+        def graph_create(context, name, _configs, graph: Graph):
             self.graph_names.append(name.decode())
             return real_graph(context, name, self._graph_configs.pointer, graph)
 

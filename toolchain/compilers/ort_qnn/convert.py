@@ -17,6 +17,7 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from doit.tools import config_changed
@@ -26,20 +27,22 @@ from toolchain.compilers.ort_qnn import ep, families
 from toolchain.engine.files import atomic_path, read_json, write_json
 from toolchain.engine.run.worker import run
 from toolchain.errors import StageFailed
+from toolchain.spec.chips import Chip
+from toolchain.spec.records import Graph, Model
 from toolchain.stages import Project, parity
 
 # where the Saver writes, relative to the working folder (no option moves it)
 SAVER_DIR = "saver_output"
 
 
-def tasks(project: Project):
+def tasks(project: Project) -> Iterator[dict]:
     for model in project.models_of(ep.NAME):
         # each QAIRT family records its own lowering (in its own interpreter)
         for family in model.qairt or ("",):
             yield from _tasks(project, model, family)
 
 
-def _tasks(project: Project, model, family: str):
+def _tasks(project: Project, model: Model, family: str):
     for graph in model.graphs:
         if not ep.uses_route(graph):
             continue
@@ -95,12 +98,12 @@ def last_summary(record: str) -> str:
         return ""   # a damaged record is the outputs check's business, not the listing's
 
 
-def outputs(model, graph, family: str = "") -> list[str]:
+def outputs(model: Model, graph: Graph, family: str = "") -> list[str]:
     return [artifacts.qnn_source(model, graph, family), artifacts.qnn_weights(model, graph, family),
             artifacts.stage_record(model, graph, "convert", family=family)]
 
 
-def lowering_options(chip, model, graph, family: str = "") -> dict:
+def lowering_options(chip: Chip, model: Model, graph: Graph, family: str = "") -> dict:
     """The EP options the recording session gets: those of the model's first chip (the chip changes
     no byte of the recording, measured) plus the graph's own, and the Saver (a family's: found by
     its step, in its own environment)."""
@@ -108,7 +111,8 @@ def lowering_options(chip, model, graph, family: str = "") -> dict:
     return found if family else {**found, "qnn_saver_path": ep.saver_library()}
 
 
-def record(src: str, source_c: str, weights: str, record: str, options: dict, given: str = ""):
+def record(src: str, source_c: str, weights: str, record: str, options: dict,
+           given: str = "") -> None:
     """Record the lowering in a fresh temp folder (absolute paths: the step then changes
     its working folder)."""
     src, source_c, weights, record = (os.path.abspath(p) for p in (src, source_c, weights, record))

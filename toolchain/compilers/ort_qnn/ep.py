@@ -10,13 +10,15 @@ import re
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from toolchain.engine import versions
 from toolchain.engine.files import atomic_dir
 from toolchain.errors import StageFailed
 from toolchain.rewrites import library as rewrites
-from toolchain.spec.chips import ChipRecord
+from toolchain.spec.chips import Chip, ChipRecord
+from toolchain.spec.records import Graph, Model
 
 NAME = "ort-qnn"
 # Printed whenever libQnnHtp.so is loaded (the LIBNATIVE line on stdout) or a QNN session
@@ -37,14 +39,14 @@ def _version() -> dict:
             "onnxruntime-qnn": versions.version("onnxruntime-qnn"), "qairt": info.qnn_version}
 
 
-def graph_options(model, graph, chip) -> dict:
+def graph_options(model: Model, graph: Graph, chip: Chip) -> dict:
     """The EP options one graph is compiled and simulated with on `chip`."""
     return provider_options(
         chip.record(), model.compile["optimization"], graph.compile.get("ep_options")
     )
 
 
-def provider_options(chip: dict, optimization: int, graph_options=None) -> dict:
+def provider_options(chip: Mapping, optimization: int, graph_options=None) -> dict:
     """EP options for one chip (and one graph's own, from its [graphs.<g>.compile] ep_options).
     soc_model is always set: alone, htp_arch silently compiles fp32 with 4 MB VTCM
     (docs/compiler-options.md). Values are strings, as the EP takes them."""
@@ -119,13 +121,13 @@ ROUTE = {"enable_htp_fp16_precision": "replayed", "enable_htp_monolithic_lstm": 
 ROUTES = ("saver", "ep")
 
 
-def uses_route(graph) -> bool:
+def uses_route(graph: Graph) -> bool:
     """Whether a graph is built through convert -> modellib -> compile (else one direct EP
     compile per chip)."""
     return graph.compile.get("route", "saver") == "saver"
 
 
-def route_problems(graph) -> list[tuple[str, str]]:
+def route_problems(graph: Graph) -> list[tuple[str, str]]:
     """(field, reason) for a graph whose declared options the route cannot reproduce."""
     where = f"graphs.{graph.name}.compile"
     route = graph.compile.get("route", "saver")
@@ -180,7 +182,7 @@ def option_problems(declared) -> list[tuple[str, str]]:
     return found
 
 
-def _session(model, options: dict, config: dict, severity: int = 3):
+def _session(model: str | bytes, options: dict, config: dict, severity: int = 3):
     import onnxruntime as ort
     import onnxruntime_qnn as oq
     if oq.EP_NAME not in {d.ep_name for d in ort.get_ep_devices()}:
@@ -306,7 +308,7 @@ class OffTheHtp(StageFailed):
     """Nodes the HTP cannot take: `nodes` is [(name, op_type, the EP's reason or "", the rewrite
     that helps or "")]."""
 
-    def __init__(self, message: str, nodes: list):
+    def __init__(self, message: str, nodes: list) -> None:
         super().__init__(message)
         self.nodes = nodes
 

@@ -10,6 +10,7 @@ import functools
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 from doit.tools import config_changed
@@ -19,6 +20,7 @@ from toolchain.compilers.ort_qnn import ep, families
 from toolchain.engine.files import sha256
 from toolchain.engine.run import external
 from toolchain.engine.state import stamps
+from toolchain.spec.records import Model
 from toolchain.stages import Project
 
 TARGET = "x86_64-linux"
@@ -90,14 +92,14 @@ def shipped_sources() -> dict[str, str]:
     }
 
 
-def tasks(project: Project):
+def tasks(project: Project) -> Iterator[dict]:
     cc = compiler()
     for model in project.models_of(ep.NAME):
         for family in model.qairt or ("",):   # a family's recording is its own: so is its library
             yield from _tasks(model, family, cc)
 
 
-def _tasks(model, family: str, cc: str | None):
+def _tasks(model: Model, family: str, cc: str | None):
     for graph in model.graphs:
         if not ep.uses_route(graph):
             continue

@@ -19,7 +19,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
 
@@ -29,14 +31,19 @@ from toolchain.engine.files import write_json
 from toolchain.engine.run.worker import run
 from toolchain.errors import StageFailed
 from toolchain.qnn import qnnbin
+from toolchain.spec.chips import Chip
+from toolchain.spec.records import Graph, Model
 from toolchain.stages import Project
 
+if TYPE_CHECKING:   # annotations only: onnx is imported where used
+    import onnx
 
-def record_path(model, graph, chip) -> str:
+
+def record_path(model: Model, graph: Graph, chip: Chip) -> str:
     return f"{artifacts.chip_dir(model, chip)}/{graph.name}.oracle.json"
 
 
-def tasks(project: Project):
+def tasks(project: Project) -> Iterator[dict]:
     for model, graph, chip in project.graph_chips(ep.NAME):
         tool = families.tool(chip.family)
         if not ep.uses_route(graph):
@@ -116,7 +123,7 @@ def _differing(a: str, b: str) -> int | None:
     return sum(1 for i, j in zip(x, y) if i != j) if len(x) < (64 << 20) else int(x != y)
 
 
-def check(src: str, ctx: str, binary: str, options: dict, record: str, label: str):
+def check(src: str, ctx: str, binary: str, options: dict, record: str, label: str) -> None:
     """The route's binary must equal one of the EP's. The EP is asked again (fresh processes, up to
     TRIES) while its compiles differ from the route's; when the EP's own compiles differ among
     themselves the compiler is not byte-reproducible for this graph, and then size, config string
@@ -200,7 +207,7 @@ def _differences(ours: dict, theirs: dict, where: str = "") -> list[str]:
     return found
 
 
-def _node(model) -> dict:
+def _node(model: onnx.ModelProto) -> dict:
     """What a runtime reads of an EPContext model: the node (name, attributes, I/O),
     I/O types, metadata."""
     from onnx import helper

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from doit.tools import config_changed
@@ -20,7 +21,7 @@ from toolchain.errors import StageFailed
 from toolchain.stages import Project
 
 
-def tasks(project: Project):
+def tasks(project: Project) -> Iterator[dict]:
     for family in in_use(project):
         folder, record = artifacts.qairt_env_dir(family.name), artifacts.qairt_env(family.name)
         settings = {

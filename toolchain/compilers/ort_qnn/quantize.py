@@ -15,6 +15,9 @@ Weights are quantized per output channel: per tensor, all-MiniLM-L6-v2 reached a
 channel 0.997 at the same size (measured on the default verification sentences)."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
 from doit.tools import config_changed
 
 from toolchain import artifacts
@@ -23,6 +26,9 @@ from toolchain.engine import versions
 from toolchain.engine.files import atomic_path
 from toolchain.engine.run.worker import run
 from toolchain.stages import Project, calibrate, parity
+
+if TYPE_CHECKING:   # annotations only: onnx is imported where used
+    import onnx
 
 SETTINGS = {
     "activation_type": "QUInt16",
@@ -33,7 +39,7 @@ SETTINGS = {
 }
 
 
-def tasks(project: Project):
+def tasks(project: Project) -> Iterator[dict]:
     tool = {"onnxruntime": versions.version("onnxruntime"), "onnx": versions.version("onnx")}
     for model in project.models_of(ep.NAME):
         for graph in model.graphs:
@@ -65,7 +71,7 @@ def tasks(project: Project):
             }
 
 
-def quantize(src: str, folder: str, inputs: list, out: str):
+def quantize(src: str, folder: str, inputs: list, out: str) -> None:
     import tempfile
 
     from onnxruntime.quantization import CalibrationDataReader, QuantType
@@ -104,7 +110,7 @@ def quantize(src: str, folder: str, inputs: list, out: str):
             ort_quantize(model, str(tmp), config)
 
 
-def place_weights(model) -> list[str]:
+def place_weights(model: onnx.ModelProto) -> list[str]:
     """Rewrite `model` in place so every constant weight can be stored in 8 bits on the HTP;
     returns the Gather tables to quantize as uint8 weights. MatMul(W, X) with a constant 2-D W
     becomes Transpose(MatMul(Transpose(X), W^T)): the same product (float rounding aside), W^T

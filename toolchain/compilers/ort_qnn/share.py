@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from doit.tools import config_changed
@@ -32,7 +33,7 @@ from toolchain.stages import Project
 SUFFIX = "__"   # <input name>__<graph>: unique across the context's graphs
 
 
-def tasks(project: Project):
+def tasks(project: Project) -> Iterator[dict]:
     for model, chip in project.model_chips(ep.NAME):
         # the build's own QAIRT only (a family's EP is another interpreter)
         if not model.windows or chip.family:
@@ -97,7 +98,8 @@ def rename_io(src: str, graph: str, dst: str) -> None:
     onnx.save(onnx_model, dst)
 
 
-def build(sources: dict, options: dict, io: dict, alone: dict, out: str, record: str, chip: dict):
+def build(sources: dict, options: dict, io: dict, alone: dict, out: str, record: str,
+          chip: dict) -> None:
     """Compile every window graph in this (fresh) process into one shared context, then
     read it back."""
     started, order = time.monotonic(), list(sources)

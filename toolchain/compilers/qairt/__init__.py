@@ -19,6 +19,7 @@ from toolchain.engine.options import Options
 from toolchain.qnn.layout import c_name, native_permutation
 from toolchain.shared.iorecord import io_record
 from toolchain.spec.chips import Chip
+from toolchain.spec.records import Graph, Model
 from toolchain.stages import Stage
 
 NAME = tools.NAME
@@ -82,7 +83,7 @@ class Compiler(stages.Compiler):
     def preflight(self, models, chips: dict, options: Options) -> None:
         self.sdk = tools.preflight(models, chips, options["sdk"], options["qairt_python"])
 
-    def families(self, model, override: str = "") -> tuple[str, ...]:
+    def families(self, model: Model, override: str = "") -> tuple[str, ...]:
         """The SDK's own QAIRT only: a spec's family keys are refused (`override` is the
         embedded compiler's)."""
         if "runtime_qairt" in model.compile or "qairt" in model.compile:
@@ -93,7 +94,7 @@ class Compiler(stages.Compiler):
             )
         return ()
 
-    def spec_problems(self, model) -> list[tuple[str, str]]:
+    def spec_problems(self, model: Model) -> list[tuple[str, str]]:
         """The converter renames every non-word character to '_' (done here the same way);
         refused: names it would make collide, and names starting with a digit (not a C++
         identifier either way)."""
@@ -144,19 +145,19 @@ class Compiler(stages.Compiler):
                         )
         return found
 
-    def identity(self, chip=None) -> dict:
+    def identity(self, chip: Chip | None = None) -> dict:
         return self.sdk.record()
 
-    def tool_files(self, chip=None) -> list[str]:
+    def tool_files(self, chip: Chip | None = None) -> list[str]:
         return [self.sdk.host_lib(name) for name in ("libQnnHtp.so", "libQnnSystem.so")]
 
-    def sdk_version(self, chip=None) -> str:
+    def sdk_version(self, chip: Chip | None = None) -> str:
         return self.sdk.build_id
 
     def sdk_root(self) -> str | None:
         return self.sdk.root
 
-    def runtime_view(self, graph) -> dict:
+    def runtime_view(self, graph: Graph) -> dict:
         """Names as the converter writes them; inputs in its native layout (3-D last two axes
         swapped, 4-D NHWC); a calibrated (w8a16) graph's float I/O is UFIXED_POINT_16 with a
         scale and offset."""
@@ -176,7 +177,7 @@ class Compiler(stages.Compiler):
             "outputs": [tensor(t, False) for t in graph.outputs],
         }
 
-    def simulator(self, model, graph, chip, tier: str) -> tuple:
+    def simulator(self, model: Model, graph: Graph, chip: Chip, tier: str) -> tuple:
         binary = artifacts.context_binary(model, graph, chip, self.binary_suffix)
         work = artifacts.netrun_scratch(model, graph, chip, tier)
         return netrun.simulator, {
@@ -187,7 +188,7 @@ class Compiler(stages.Compiler):
             "record": artifacts.compile_record(model, graph, chip),
         }
 
-    def verify_settings(self, model, chip, tier: str) -> dict:
+    def verify_settings(self, model: Model, chip: Chip, tier: str) -> dict:
         runner = {g.name: self.simulator(model, g, chip, tier)[1]["argv"] for g in model.graphs}
         return {
             "runner": runner,
@@ -208,7 +209,7 @@ class Compiler(stages.Compiler):
     def runtime_libraries(self, chip: Chip) -> dict:
         return tools.runtime_libraries(self.sdk, chip.record())
 
-    def manifest_sources(self, model, chip) -> dict:
+    def manifest_sources(self, model: Model, chip: Chip) -> dict:
         # the model libs (x86_64, aarch64-android) and their page alignment
         return {
             "model_libs": {

@@ -2,6 +2,7 @@
 per (graph, chip)."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 from doit.tools import config_changed
@@ -13,7 +14,7 @@ from toolchain.engine.run import external
 from toolchain.stages import Project
 
 
-def tasks(project: Project):
+def tasks(project: Project) -> Iterator[dict]:
     for model, graph, chip in project.graph_chips(tools.NAME):
         compiler = project.compiler(model)
         sdk = tools.sdk_of(compiler)

@@ -2,6 +2,7 @@
 only. A w8a16 graph is quantized by the converter itself from the calibration set's input list."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 from doit.tools import config_changed
@@ -14,7 +15,7 @@ from toolchain.errors import StageFailed
 from toolchain.stages import Project, parity
 
 
-def tasks(project: Project):
+def tasks(project: Project) -> Iterator[dict]:
     for model in project.models_of(tools.NAME):
         compiler = project.compiler(model)
         sdk = tools.sdk_of(compiler)
@@ -66,7 +67,7 @@ def tasks(project: Project):
             }
 
 
-def converter_list(calibration_list: str, out: str):
+def converter_list(calibration_list: str, out: str) -> None:
     """The calibration list with each raw file named from the project root, where the converter
     runs: the calibrate stage names them relative to the list's own folder (the layout
     onnxruntime's reader uses)."""

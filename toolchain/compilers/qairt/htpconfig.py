@@ -3,6 +3,7 @@ scripts/qnn/generate_config.py writes them: docs/qairt.md), once per (graph, chi
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 from doit.tools import config_changed
 
@@ -16,7 +17,7 @@ from toolchain.stages import Project
 BACKEND_EXTENSIONS, HTP_CONFIG = "htp_backend_extensions.json", "htp_config.json"
 
 
-def tasks(project: Project):
+def tasks(project: Project) -> Iterator[dict]:
     for model in project.models_of(tools.NAME):
         compiler = project.compiler(model)
         sdk = tools.sdk_of(compiler)
@@ -70,7 +71,7 @@ def contents(
     return {extensions: json.dumps(extensions_config, indent=4), config: json.dumps(htp, indent=4)}
 
 
-def write(files: dict, log: str):
+def write(files: dict, log: str) -> None:
     for path, text in files.items():
         with atomic_path(path) as tmp:
             tmp.write_text(text)

@@ -2,6 +2,8 @@
 never per chip."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from doit.tools import config_changed
 
 from toolchain import artifacts
@@ -10,7 +12,7 @@ from toolchain.engine.run import external
 from toolchain.stages import Project
 
 
-def tasks(project: Project):
+def tasks(project: Project) -> Iterator[dict]:
     for model in project.models_of(tools.NAME):
         compiler = project.compiler(model)
         sdk = tools.sdk_of(compiler)

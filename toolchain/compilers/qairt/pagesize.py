@@ -3,6 +3,7 @@ KiB, read from the ELF program headers (sherpa-onnx only prints `readelf -lW`); 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
 from doit.tools import config_changed
 
@@ -18,7 +19,7 @@ MACHINES = {62: "x86-64", 183: "AArch64"}
 EXPECTED = {tools.HOST: "x86-64", tools.ANDROID: "AArch64"}
 
 
-def tasks(project: Project):
+def tasks(project: Project) -> Iterator[dict]:
     for model in project.models_of(tools.NAME):
         compiler = project.compiler(model)
         sdk = tools.sdk_of(compiler)
@@ -68,7 +69,7 @@ def load_segments(path: str) -> tuple[str, list[dict]]:
     return MACHINES.get(machine, f"e_machine {machine}"), segments
 
 
-def check(libs: dict, min_align: int, out: str, log: str):
+def check(libs: dict, min_align: int, out: str, log: str) -> None:
     """Record every lib's LOAD alignment; fail on an aarch64-android lib below `min_align` or
     of another arch."""
     record: dict = {"min_align": min_align, "libs": {}}

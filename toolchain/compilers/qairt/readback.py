@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 
 from doit.tools import config_changed
 
@@ -31,7 +32,7 @@ KINDS = {
 }
 
 
-def tasks(project: Project):
+def tasks(project: Project) -> Iterator[dict]:
     for model, graph, chip in project.graph_chips(tools.NAME):
         compiler = project.compiler(model)
         sdk = tools.sdk_of(compiler)

@@ -351,7 +351,7 @@ def write(
     runs: tuple[str, ...] | list[str] = (),
     cells: list[Cell] | None = None,
     show: bool = True,
-):
+) -> None:
     cells = grid(found, failures.load()) if cells is None else cells
     records = [c.record for c in cells if c.record is not None]
     by_chip = {}

@@ -47,7 +47,7 @@ MEASURES = (
 LAST_BUILD = "<!-- last build -->"
 
 
-def write(cells: list, out: str):
+def write(cells: list, out: str) -> None:
     """The page of these grid cells (report.Cell: a passing one carries its manifest), keeping the
     last build's section of the page it replaces."""
     text = page(cells)
