@@ -245,6 +245,25 @@ def stages_named(path: Path) -> set[str]:
     return named
 
 
+# the separators of a task name: `<model>/<graph>@<CHIP>+qairt<family>`
+NAME_SEPARATORS = ("@", "+", "+qairt")
+
+
+def names_parsed(path: Path) -> list[int]:
+    """Lines that cut a string at a task name's chip or family separator (`name.partition("@")`):
+    whom a task is for is its owner (stages.named, task meta), never read back out of its name."""
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("partition", "rpartition", "split", "rsplit")
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and node.args[0].value in NAME_SEPARATORS
+    ]
+
+
 UNPICKLERS = {
     ("pickle", "load"),
     ("pickle", "loads"),
@@ -474,6 +493,7 @@ def measure(root: Path) -> dict:
         own = wing(name) == "compilers" or name in ("toolchain.ort_qnn", "toolchain.qairt")
         if not own and compiler_branches(path):
             branches[name] = compiler_branches(path)
+    parsed_names = [f"{name}:{line}" for name, p in known.items() for line in names_parsed(p)]
     unpickling = [
         f"{p.relative_to(root)}:{line}"
         for p in [*known.values(), *sorted(root.glob("models/**/*.py"))]
@@ -521,6 +541,7 @@ def measure(root: Path) -> dict:
         "shims": shims,
         "variables_parsed_outside_the_table": settings,
         "private_cross_module_names": private_names,
+        "task_names_parsed": parsed_names,
     }
 
 

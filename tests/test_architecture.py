@@ -3,6 +3,8 @@ downwards, no cycles, stages that never name or import a compiler, one list of t
 functions passed as functions."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from architecture import measure
@@ -35,6 +37,11 @@ def test_no_stage_or_deploy_code_branches_on_a_compiler_name():
 
 def test_the_stages_are_listed_in_one_place():
     assert SHAPE["places_listing_the_stages"] == ["toolchain/pipeline.py"]
+
+
+def test_no_task_name_is_parsed_back_into_whom_it_is_for():
+    """The aliases, the trace and the CI matrix read a task's owner from its meta."""
+    assert SHAPE["task_names_parsed"] == []
 
 
 def test_the_worker_is_given_functions_not_strings_that_name_them():
@@ -194,6 +201,9 @@ def test_the_measures_can_fail(tmp_path):
     (pkg / "stages" / "parity.py").write_text(
         "module = load_module(path)\nmodule.export()\nmodule.secret()\nhasattr(module, 'hidden')\n"
     )
+    (pkg / "stages" / "owner.py").write_text(
+        "def chip_of(name):\n    return name.partition('@')[2], name.split('+')[0]\n"
+    )
     (pkg / "stages" / "old_name.py").write_text(
         '"""A shim."""\nfrom toolchain.stages.parity import export\n__all__ = ["export"]\n'
     )
@@ -253,6 +263,7 @@ def test_the_measures_can_fail(tmp_path):
         "models/mine.py -> toolchain.worker"
     ]
     assert shape["shims"] == ["toolchain.stages.old_name"]
+    assert shape["task_names_parsed"] == ["toolchain.stages.owner:2", "toolchain.stages.owner:2"]
     assert shape["private_cross_module_names"] == [
         "toolchain.stages.leak:2 -> toolchain.spec.x._table",
         "toolchain.stages.leak:4 -> toolchain.spec.x._hidden",
@@ -422,3 +433,30 @@ def test_the_glossary_check_can_fail(tmp_path):
     assert glossary_drift(doc, tmp_path) == ["compiler: stages.Gone is not in the code",
                                              "compiler: toolchain/deploy/bundle.py names `backend`",
                                              "kind: toolchain/deploy/bundle.py names `family`"]
+
+
+def test_importing_one_compiler_loads_none_of_the_other():
+    """The registry is its own module (compilers/registry.py): a compiler's package imports only its
+    own modules, so a tool of one compiler pays nothing for the other."""
+    own = {"qairt": "ort_qnn", "ort_qnn": "qairt"}
+    for compiler, other in own.items():
+        loaded = subprocess.run(
+            [sys.executable, "-c", f"import sys, toolchain.compilers.{compiler}; "
+             "print(' '.join(sorted(sys.modules)))"],
+            capture_output=True, text=True, check=True,
+        ).stdout.split()
+        assert f"toolchain.compilers.{compiler}" in loaded
+        assert not [m for m in loaded if m.startswith(f"toolchain.compilers.{other}")], compiler
+        assert "toolchain.compilers.registry" not in loaded
+
+
+def test_the_stage_contract_the_compilers_and_the_spec_are_typed_strictly():
+    """mypy runs with disallow_incomplete_defs and check_untyped_defs on these (pyproject.toml;
+    tests/typecheck.py holds their findings at 0 in CI)."""
+    import tomllib
+
+    overrides = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["overrides"]
+    strict = [o for o in overrides if o.get("disallow_incomplete_defs") and
+              o.get("check_untyped_defs")]
+    modules = {m for o in strict for m in o["module"]}
+    assert {"toolchain.stages.*", "toolchain.compilers.*", "toolchain.spec.*"} <= modules

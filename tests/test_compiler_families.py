@@ -124,7 +124,7 @@ def _settings(task) -> dict:
 
 
 def test_another_family_gets_its_own_tasks_paths_and_settings_and_the_default_keeps_its_own(
-    project,
+    project, monkeypatch
 ):
     project.add_tiny()
     _, plain = _tasks(project.root)
@@ -161,9 +161,18 @@ def test_another_family_gets_its_own_tasks_paths_and_settings_and_the_default_ke
         "tiny@SM8550+qairt2.49",
         "tiny@SM8750+qairt2.49",
     }
+    # whom each task is for is its owner, carried in its meta: the chip alias holds both families'
     from toolchain import pipeline
-    made = {s.name: both[s.name] for s in pipeline.STAGES}
-    chip = next(a for a in pipeline.chip_aliases(loaded, made) if a["name"] == "SM8750")
+    monkeypatch.chdir(project.root)
+    creators = pipeline.task_creators(loaded)
+    compiled = {t["name"]: t for t in creators["task_compile"]()}
+    assert compiled["tiny/net@SM8750+qairt2.49"]["meta"]["owner"] == {
+        "model": "tiny", "graph": "net", "chip": "SM8750", "family": "2.49"
+    }
+    assert compiled["tiny/net@SM8750"]["meta"]["owner"] == {
+        "model": "tiny", "graph": "net", "chip": "SM8750"
+    }
+    chip = next(a for a in creators["task_chip"]() if a["name"] == "SM8750")
     assert (
         "compile:tiny/net@SM8750+qairt2.49" in chip["task_dep"]
         and "compile:tiny/net@SM8750" in chip["task_dep"]

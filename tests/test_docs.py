@@ -11,6 +11,8 @@ in the checkout,
   toolchain/pipeline.py, the compilers' own where `*COMPILERS` stands
   (compilers/<name>/__init__.py), in run order with scope and default. Read with ast:
   nothing is imported.
+- docs/add-a-model.md's key table documents exactly the spec keys of toolchain/spec/keys.py (for the
+  tables whose keys are rows), with each row's default and string choices.
 
     python tests/test_docs.py     # prints every unresolved citation as file:line: path
 
@@ -256,11 +258,11 @@ def _stage(call: ast.Call) -> tuple[str, str, bool]:
 
 
 def _compiler_stages(root: Path) -> list[tuple[str, str, bool]]:
-    """Each compiler's `stages` in compilers.REGISTRY order, a name two declare once (as
-    pipeline.py merges them)."""
+    """Each compiler's `stages` in compilers/registry.py's REGISTRY order, a name two declare
+    once (as pipeline.py merges them)."""
     registry = next(
         n.value
-        for n in ast.parse((root / "toolchain/compilers/__init__.py").read_text()).body
+        for n in ast.parse((root / "toolchain/compilers/registry.py").read_text()).body
         if (
             isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "REGISTRY" for t in n.targets)
         )
@@ -461,7 +463,7 @@ def test_stage_check_reports_drift(tmp_path):
         (folder / name / "__init__.py").write_text(
             f"class Compiler(stages.Compiler):\n    stages = ({stages},)\n"
         )
-    (folder / "__init__.py").write_text("REGISTRY = {c.NAME: c.Compiler, q.NAME: q.Compiler}\n")
+    (folder / "registry.py").write_text("REGISTRY = {c.NAME: c.Compiler, q.NAME: q.Compiler}\n")
     (tmp_path / "toolchain/pipeline.py").write_text(
         "STAGES = (Stage('export', f, 'd', 'graph'), *COMPILERS, Stage('report', f, 'd', 'build', "
         "False))\n"
@@ -494,3 +496,65 @@ def test_stage_check_reports_drift(tmp_path):
 if __name__ == "__main__":
     print("\n".join(unresolved()))
     sys.exit(0)
+
+
+# the spec tables whose every key is a row of toolchain/spec/keys.py
+ROW_TABLES = ("", "license", "export", "compile", "parity", "verify")
+
+
+def documented_keys(text: str) -> dict[str, str]:
+    """{`table.key` (`key` at the top level): its row's text} of add-a-model's "The TOML" table,
+    for the tables in ROW_TABLES: a first cell `` `[verify]` `max_rel`, `min_cosine` `` documents
+    verify.max_rel and verify.min_cosine (a key documented twice: both rows' text)."""
+    found: dict[str, str] = {}
+    for row in _rows(text, "The TOML"):
+        table = re.match(r"`\[([\w.<>]+)\]`", row[0])
+        where = table.group(1) if table else ""
+        if where not in ROW_TABLES:
+            continue
+        for name in re.findall(r"`([A-Za-z_]\w*)`", row[0][table.end() if table else 0:]):
+            path = f"{where}.{name}" if where else name
+            found[path] = found.get(path, "") + " | ".join(row)
+    return found
+
+
+def key_drift(text: str, keys) -> list[str]:
+    """What the doc's key table and the spec's key rows disagree on: a row not documented, a
+    documented key that is no row, a default or a string choice the row's text does not say."""
+    documented = documented_keys(text)
+    rows = {k.path: k for k in keys}
+    drift = [f"{p}: a key of the spec the table does not document" for p in rows
+             if p not in documented]
+    drift += [f"{p}: documented, but no key of the spec" for p in documented if p not in rows]
+    for path, key in rows.items():
+        line, default = documented.get(path, ""), key.default
+        # a number is said as `default 0.02`, a string as `"auto"`; 0, "" and None say nothing
+        if isinstance(default, (int, float)) and not isinstance(default, bool) and default:
+            said = f"{default:g}" if isinstance(default, float) else str(default)
+            if not re.search(rf"default {re.escape(said)}\b", line):
+                drift.append(f"{path}: the table does not say its default {default!r}")
+        if isinstance(default, str) and default and f'"{default}"' not in line:
+            drift.append(f'{path}: the table does not say its default "{default}"')
+        drift += [f'{path}: the table does not name the choice "{c}"' for c in key.choices
+                  if isinstance(c, str) and f'"{c}"' not in line]
+    return drift
+
+
+def test_the_add_a_model_key_table_and_the_spec_key_rows_agree():
+    from toolchain.spec import REFERENCES, keys
+    assert keys.KEY["parity.reference"].choices == tuple(REFERENCES)
+    assert key_drift((ROOT / "docs/add-a-model.md").read_text(), keys.KEYS) == []
+
+
+def test_the_key_table_check_can_fail():
+    from toolchain.spec import keys
+    text = (ROOT / "docs/add-a-model.md").read_text()
+    planted = text.replace("(default 18)", "(default 17)").replace(
+        "| `[verify]` `full_chips` |", "| `[verify]` `full_chip` |"
+    ).replace('`"dynamo"` (default) or `"legacy"`', '`"dynamo"` (default) or legacy')
+    assert key_drift(planted, keys.KEYS) == [
+        "verify.full_chips: a key of the spec the table does not document",
+        "verify.full_chip: documented, but no key of the spec",
+        'export.exporter: the table does not name the choice "legacy"',
+        "export.opset: the table does not say its default 18",
+    ]

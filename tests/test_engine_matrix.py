@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import types
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -155,3 +156,28 @@ def test_the_example_workflow_shares_the_http_cache_and_installs_what_the_readme
         cwd=ROOT,
     ).stdout
     assert "--phase {models,chips}" in usage and "--max-jobs" in usage
+
+
+def test_a_task_joins_the_unit_of_its_owner_not_of_its_name():
+    """Units come from each task's meta owner (stages.named): a family's chip task is its own unit,
+    a family's environment is one, a task with no owner or not asked for joins none."""
+    def task(name, owner=None, subtask_of="x"):
+        meta = {"owner": owner} if owner else {}
+        return types.SimpleNamespace(name=name, subtask_of=subtask_of, actions=[print], meta=meta)
+
+    tasks = [
+        task("export:m/g", {"model": "m", "graph": "g"}),
+        task("compile:odd-name", {"model": "m", "graph": "g", "chip": "SM8750", "family": "2.49"}),
+        task("compile:m/g@SM8750", {"model": "m", "graph": "g", "chip": "SM8750"}),
+        task("qairt_env:2.49", {"family": "2.49"}),
+        task("runtime:ort-qnn@SM8750", {"compiler": "ort-qnn", "chip": "SM8750"}),
+        task("export:n/g"),
+        task("report:all", {"model": "m"}, subtask_of=None),
+    ]
+    models, chips = matrix.units(tasks, ["export", "compile", "qairt_env", "runtime", "report"])
+    assert models == {"m": ["export:m/g"], "qairt2.49": ["qairt_env:2.49"]}
+    assert chips == {
+        "m@SM8750+qairt2.49": ["compile:odd-name"],
+        "m@SM8750": ["compile:m/g@SM8750"],
+        "ort-qnn@SM8750": ["runtime:ort-qnn@SM8750"],
+    }

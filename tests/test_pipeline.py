@@ -1,6 +1,7 @@
 """The pipeline through the real dodo.py on two small real models: the first build runs every stage,
 then exactly what a change makes stale reruns (the tests below change one shared build, in order);
 chip groups, clean, and command-line variables refused before anything runs."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -277,3 +278,25 @@ def test_one_model_builds_alone_and_leaves_a_report_of_what_it_built(project):
     assert rc == 0 and "model:tiny" not in executed and executed[-1] == "chip:SM8750"
     chip_report = (project.root / "build/report-SM8750.md").read_text()
     assert "| tiny | SM8750 |" in chip_report and "| other | SM8750 |" in chip_report
+
+
+def test_a_tasks_name_and_owner_are_made_together_from_its_records():
+    """stages.named: the name doit shows and the owner the aliases, trace and matrix read."""
+    from toolchain import stages
+    from toolchain.spec import chips
+
+    model = types.SimpleNamespace(name="tiny")
+    chip = chips.load()["SM8750"]
+    other = dataclasses.replace(chip, family="2.49")
+    graph = types.SimpleNamespace(name="net")
+    assert stages.named(model) == {"name": "tiny", "owner": {"model": "tiny"}}
+    assert stages.named(model, graph, other) == {
+        "name": "tiny/net@SM8750+qairt2.49",
+        "owner": {"model": "tiny", "graph": "net", "chip": "SM8750", "family": "2.49"},
+    }
+    assert stages.named(model, "enc+dec", family="2.49")["name"] == "tiny/enc+dec+qairt2.49"
+    assert stages.named(model, chip=chip)["owner"] == {"model": "tiny", "chip": "SM8750"}
+    assert stages.named("ort-qnn", chip=other) == {
+        "name": "ort-qnn@SM8750+qairt2.49",
+        "owner": {"compiler": "ort-qnn", "chip": "SM8750", "family": "2.49"},
+    }

@@ -20,13 +20,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # apply them: an edit reruns them).
 PENDING = (
     "toolchain/qnn/qnnbin.py",
-    "toolchain/compilers/ort_qnn/context.py",
     "toolchain/rewrites/view.py",
     "toolchain/rewrites/library.py",
 )
 # findings allowed in PENDING (0.9.0: 104 in all, 35 of them in the clean modules; 0.10.0:
-# 72; 0.12.1: 50)
-BUDGET = 5
+# 72; 0.12.1: 50; 0.18.0: 3, the compilers' ctypes module typed)
+BUDGET = 3
 FINDING = re.compile(r"^(toolchain/\S+?\.py):\d+: error: ")
 
 

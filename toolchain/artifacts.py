@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from toolchain.engine.paths import BUILD
+from toolchain.spec.chips import Chip
 
 REPORT = f"{BUILD}/report.md"
 REPORT_HTML = f"{BUILD}/report.html"
@@ -100,10 +101,10 @@ def compiler_dir(model, family: str = "") -> str:
     return f"{BUILD}/{model.name}/{model.compiler}" + (f"-qairt{family}" if family else "")
 
 
-def chip_dir(model, chip) -> str:
+def chip_dir(model, chip: Chip) -> str:
     """Per-chip outputs, under the toolchain's name (and QAIRT family) so two toolchains'
     binaries never mix."""
-    return f"{compiler_dir(model, getattr(chip, 'family', ''))}/{chip.name}"
+    return f"{compiler_dir(model, chip.family)}/{chip.name}"
 
 
 def context_model(model, graph, chip) -> str:
@@ -303,10 +304,10 @@ def claims(model, chip) -> list[str]:
     ]
 
 
-def runtime_record(compiler: str, chip) -> str:
+def runtime_record(compiler: str, chip: Chip) -> str:
     """The QNN runtime libraries an app ships for one chip, per compiler (SDK version family)."""
     return (
-        f"{BUILD}/runtime/{compiler}{f'-qairt{chip.family}' if getattr(chip, 'family', '') else ''}"
+        f"{BUILD}/runtime/{compiler}{f'-qairt{chip.family}' if chip.family else ''}"
         f"/{chip.name}.json"
     )
 

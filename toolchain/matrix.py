@@ -38,21 +38,23 @@ def load_tasks(dodo: str = "dodo.py", variables: tuple[str, ...] = ()) -> tuple[
 
 def units(tasks, stages: list[str]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """({model: chip-independent task names}, {model@CHIP: chip task names}) of the given stages,
-    in doit's order, read from the names: <stage>:<model>[/<graph>] and
-    <stage>:<model>[/<graph>]@<CHIP>. A task that is nobody's subtask (report) belongs to the
-    final `doit` job."""
+    in doit's order, by whom each task is built for (its meta's owner, stages.named): a chip task's
+    unit is its model and chip (and QAIRT family, `model@CHIP+qairt2.49`), another's its model. A
+    task of a QAIRT family alone (its environment) is that family's unit (`qairt2.49`). A task that
+    is nobody's subtask (report) belongs to the final `doit` job."""
     models: dict[str, list[str]] = {}
     chips: dict[str, list[str]] = {}
     for task in tasks:
-        stage, _, rest = task.name.partition(":")
-        if task.subtask_of is None or stage not in stages or not task.actions:
+        stage = task.name.partition(":")[0]
+        owner = (task.meta or {}).get("owner")
+        if task.subtask_of is None or stage not in stages or not task.actions or not owner:
             continue
-        where, at, chip = rest.partition("@")
-        model = where.split("/")[0]
-        if at:
-            chips.setdefault(f"{model}@{chip}", []).append(task.name)
+        who = owner.get("model") or owner.get("compiler") or f"qairt{owner['family']}"
+        if "chip" in owner:
+            family = f"+qairt{owner['family']}" if owner.get("family") else ""
+            chips.setdefault(f"{who}@{owner['chip']}{family}", []).append(task.name)
         else:
-            models.setdefault(model, []).append(task.name)
+            models.setdefault(who, []).append(task.name)
     return models, chips
 
 

@@ -10,7 +10,8 @@ import os
 import sys
 from collections.abc import Mapping
 
-from toolchain import compilers, pipeline
+from toolchain import pipeline
+from toolchain.compilers import registry
 from toolchain.deploy import chip_index
 from toolchain.engine import cache
 from toolchain.engine.cache import sign
@@ -73,7 +74,7 @@ TABLE: tuple[Option, ...] = (
     ),
     Option(
         "qairt",
-        compilers.check_families,
+        registry.check_families,
         "",
         "build this run for other QAIRT families: versions or runtime "
         "versions, a comma list, or all (docs/qairt-families.md)",

@@ -10,7 +10,8 @@ import sys
 import types
 from inspect import Signature, isfunction, signature
 
-from toolchain import artifacts, compilers
+from toolchain import artifacts
+from toolchain.compilers import registry
 from toolchain.deploy import bundle, chip_index, runtime, sherpa
 from toolchain.engine import cache
 from toolchain.engine.cache import sign
@@ -42,7 +43,7 @@ def _compiler_stages() -> tuple:
     `convert` and `modellib`) is one doit stage whose tasks are both compilers' (task names hold the
     model, so they never clash)."""
     merged: dict[str, Stage] = {}
-    for compiler in compilers.REGISTRY.values():
+    for compiler in registry.REGISTRY.values():
         for stage in compiler.stages:
             known = merged.get(stage.name)
             if known is None:
@@ -336,7 +337,9 @@ def _engine(task: dict, meta: dict, rehash: bool) -> dict:
     # for the console.
     task.setdefault("io", {"capture": False})
     own = task.get("meta", {})
-    task["meta"] = {**own, **meta}
+    # whom it is built for (stages.named), read by the aliases, the trace and the CI matrix
+    owner = {"owner": task.pop("owner")} if "owner" in task else {}
+    task["meta"] = {**own, **owner, **meta}
     # a task may narrow what a cache may give it, never widen it (a converted checkpoint no
     # later step checks)
     kinds = [k for k in (own.get(cache.KIND), meta.get(cache.KIND)) if k in cache.KINDS]
@@ -393,35 +396,30 @@ def in_pipeline_order(creators: dict) -> dict:
     return found
 
 
-def _owner(task_name: str) -> tuple[str, str | None]:
-    """'whisper/encoder@SM8750' -> ('whisper', 'SM8750'); 'whisper' -> ('whisper', None); another
-    QAIRT family's 'whisper/encoder@SM8750+qairt2.49' -> ('whisper', 'SM8750') (chip:SM8750 holds
-    every family's); 'whisper/encoder+qairt2.49' -> ('whisper', None)."""
-    head, _, chip = task_name.partition("@")
-    return head.split("/")[0].split("+")[0], chip.split("+")[0] or None
-
-
 def _default_tasks(made: dict):
     for stage in STAGES:
         if stage.default and stage.scope in ALIASED:
             for task in made[stage.name]:
-                yield stage.name, task["name"]
+                yield stage.name, task
 
 
-def _owned(made: dict, part: int) -> dict[str | None, list[str]]:
-    """The default tasks ("<stage>:<name>") by their owner's model (`part` 0) or chip (1), in
+def _owned(made: dict, part: str) -> dict[str | None, list[str]]:
+    """The default tasks ("<stage>:<name>") by their owner's `part` ("model" or "chip"), in
     pipeline order: one pass over the tasks (one per model or chip made a no-op `doit` of 20 models
     x 10 chips 75 ms slower)."""
     found: dict[str | None, list[str]] = {}
-    for stage, name in _default_tasks(made):
-        found.setdefault(_owner(name)[part], []).append(f"{stage}:{name}")
+    for stage, task in _default_tasks(made):
+        owner = task["meta"].get("owner")
+        if owner is None:   # the stage's own mistake, never a user's
+            raise ValueError(f"{stage}:{task['name']}: a model's task has no owner (stages.named)")
+        found.setdefault(owner.get(part), []).append(f"{stage}:{task['name']}")
     return found
 
 
 def model_aliases(project: Project, made: dict):
     """`model:<name>`: every default task of one model (a misspelt name fails, where a wildcard
     matching nothing would silently succeed)."""
-    owned = _owned(made, 0)
+    owned = _owned(made, "model")
     for model in project.models:
         deps = owned.get(model.name, [])
         yield {
@@ -439,7 +437,7 @@ def model_aliases(project: Project, made: dict):
 
 def chip_aliases(project: Project, made: dict):
     """`chip:<CHIP>`: every default per-chip task, across models."""
-    owned = _owned(made, 1)
+    owned = _owned(made, "chip")
     for chip in project.chips.values():
         if any(chip.name in m.chips for m in project.models):
             deps = owned.get(chip.name, [])

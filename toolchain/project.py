@@ -7,7 +7,8 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from toolchain import compilers, spec
+from toolchain import spec
+from toolchain.compilers import registry
 from toolchain.deploy import sherpa
 from toolchain.engine.options import Options
 from toolchain.errors import SpecError
@@ -67,7 +68,7 @@ def with_compilers(models, chips: dict, options: Options) -> tuple[tuple, dict[s
     the name checked, what the compiler cannot build refused, each compiler preflighted once
     for its models."""
     auto = (
-        compilers.choose_auto(options["sdk"]) if any(m.compiler == AUTO for m in models) else None
+        registry.choose_auto(options["sdk"]) if any(m.compiler == AUTO for m in models) else None
     )
     qairt = options["qairt"]
     if auto:
@@ -76,16 +77,16 @@ def with_compilers(models, chips: dict, options: Options) -> tuple[tuple, dict[s
     resolved = []
     for model in models:
         name = auto[0] if auto and model.compiler == AUTO else model.compiler
-        if name not in compilers.REGISTRY:
+        if name not in registry.REGISTRY:
             import difflib  # for an error's suggestion only: not at every load
-            close = difflib.get_close_matches(name, compilers.REGISTRY, n=1)
+            close = difflib.get_close_matches(name, registry.REGISTRY, n=1)
             hint = (
                 f"did you mean '{close[0]}'?"
                 if close
-                else f"known: {', '.join([*compilers.REGISTRY, AUTO])}"
+                else f"known: {', '.join([*registry.REGISTRY, AUTO])}"
             )
             raise SpecError(f"{model.spec_file}: compiler: unknown compiler {name!r}; {hint}")
-        compiler = instances.setdefault(name, compilers.REGISTRY[name]())
+        compiler = instances.setdefault(name, registry.REGISTRY[name]())
         for field, reason in compiler.spec_problems(model):
             raise SpecError(f"{model.spec_file}: {field}: {reason} (compiler {name})")
         model = dataclasses.replace(model, compiler=name)

@@ -20,7 +20,7 @@ from toolchain.shared.iorecord import io_record
 from toolchain.spec.records import Model
 from toolchain.spec.table import plain
 from toolchain.spec.windows import by_size, routed
-from toolchain.stages import Compiler, Project
+from toolchain.stages import Compiler, Project, named
 
 # bump when a bundle's layout changes: every bundle rebuilds
 FORMAT = 3
@@ -102,7 +102,7 @@ def tasks(project: Project):
             settings["windows"] = kwargs["windows"]["record"]
         log = artifacts.bundle_log(model, chip)
         yield {
-            "name": f"{model.name}@{chip.tag}",
+            **named(model, chip=chip),
             "doc": f"{model.name} on {chip.tag}: phone bundles "
             f"({', '.join(KINDS[k] for k in shipped) or 'none'}) + bundle record"
             + ("" if kwargs["sherpa_out"] else " [no sherpa-onnx bundle: see bundle.json]"),

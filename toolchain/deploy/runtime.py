@@ -14,7 +14,7 @@ from toolchain.engine.files import sha256, write_json
 from toolchain.engine.run.worker import in_process
 from toolchain.qnn.layout import ANDROID, device_libraries
 from toolchain.spec.chips import ChipRecord
-from toolchain.stages import Project
+from toolchain.stages import Project, named
 
 # A QAIRT build id as the libraries carry it in clear text (docs/phone.md): v2.51.0.260929181845.
 BUILD_ID = re.compile(rb"v(\d+)\.(\d+)\.(\d+)\.(\d{6,})")
@@ -32,7 +32,7 @@ def tasks(project: Project):
         # another QAIRT family's wheel pair
         own = {"wheel": compiler.identity(chip)} if chip.family else {}
         yield {
-            "name": f"{name}@{chip.tag}",
+            **named(name, chip=chip),
             "doc": f"QNN runtime libraries for {chip.name} (v{chip.htp_arch}) from the {name} "
                    "compiler"
             + (f", QAIRT {chip.family}" if chip.family else ""),

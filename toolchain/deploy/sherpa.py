@@ -18,7 +18,7 @@ from toolchain.qnn import qnnrun
 from toolchain.shared import modeldata
 from toolchain.shared.iorecord import io_record
 from toolchain.spec.records import Model
-from toolchain.stages import Compiler, Project
+from toolchain.stages import Compiler, Project, named
 
 STAGES = {"default": "sherpa", "full": "sherpa_full"}
 
@@ -36,7 +36,7 @@ def tasks(project: Project, tier: str):
         ):
             continue
         # the host loop loads the build's own QNN libraries in the step's process;
-        if getattr(chip, "family", ""):
+        if chip.family:
             # another family's binaries are gated by their own simulator (verify)
             continue
         settings = model.verify
@@ -63,7 +63,7 @@ def tasks(project: Project, tier: str):
         }
         what = "all test_wavs, WER" if tier == "full" else f"clips {', '.join(checks['clips'])}"
         yield {
-            "name": f"{model.name}@{chip.name}",
+            **named(model, chip=chip),
             "doc": f"{model.name} on {chip.name}: sherpa-onnx's Whisper loop on the unpacked "
                    "bundle through "
             f"the QNN C API (HTP simulator) vs CPU ONNX, {tier} tier ({what})",

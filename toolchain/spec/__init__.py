@@ -15,8 +15,8 @@ from toolchain.errors import SpecError
 from toolchain.spec import chips as chip_table
 from toolchain.spec import windows
 from toolchain.spec.graphs import graph as _graph
+from toolchain.spec.keys import KEY
 from toolchain.spec.records import (
-    ANDROID_LIBS,
     AUTO,
     NAME,
     OPSETS,
@@ -117,15 +117,11 @@ def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
     top = Table(data, file)
     module_file, uses, requires = _code(top, here)
     lic = top.sub("license")
-    license_ = (
-        ("name", lic.req("name", str)),
-        ("url", lic.opt("url", str, "")),
-        ("note", lic.opt("note", str, "")),
-    )
+    license_ = tuple((n, KEY[f"license.{n}"].read(lic)) for n in ("name", "url", "note"))
     lic.done()
     chip_names = _chips(top, chips)
     checkpoint = _checkpoint(top.sub("checkpoint"), here) if "checkpoint" in data else None
-    data_dir = top.opt("data", str, None)
+    data_dir = KEY["data"].read(top)
     if data_dir is not None:
         if not (here / data_dir).is_dir():
             top.fail("data", f"no folder {here / data_dir}{near(here, data_dir)}")
@@ -149,9 +145,9 @@ def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
     )
     parity_settings = _parity(parity_table, given_only)
 
-    description = top.opt("description", str, "")
+    description = KEY["description"].read(top)
     # sherpa-onnx names its bundles after the model (sherpa-onnx-qnn-<SOC>-binary-whisper-tiny.en)
-    bundle_name = top.opt("bundle_name", str, name)
+    bundle_name = KEY["bundle_name"].read(top, default=name)
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", bundle_name):
         top.fail(
             "bundle_name",
@@ -186,7 +182,7 @@ def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
 def _code(top: Table, here: Path) -> tuple:
     """The model's own code: its module, the files it imports (`uses`) and the
     packages it requires."""
-    module = top.req("module", str)
+    module = KEY["module"].read(top)
     module_file = here / f"{module}.py"
     if not module_file.is_file():
         guess = closest_path(here, f"{module}.py")
@@ -196,7 +192,7 @@ def _code(top: Table, here: Path) -> tuple:
             else ""
         )
         top.fail("module", f"no export code at {module_file}; write models/{module}.py{hint}")
-    written = [str(u) for u in top.opt("uses", list, [])]
+    written = [str(u) for u in KEY["uses"].read(top)]
     uses = tuple(str(here / u) for u in written)
     requires = _requires(top)
     for used, rel in zip(uses, written):
@@ -210,7 +206,7 @@ def _code(top: Table, here: Path) -> tuple:
 
 
 def _chips(top: Table, chips: dict) -> tuple[str, ...]:
-    chip_names = tuple(top.req("chips", list))
+    chip_names = tuple(KEY["chips"].read(top))
     if not chip_names:
         top.fail("chips", "empty list: name at least one chip")
     for chip in chip_names:
@@ -225,9 +221,7 @@ def _chips(top: Table, chips: dict) -> tuple[str, ...]:
 
 
 def _export(export: Table) -> dict:
-    settings = {"exporter": export.opt("exporter", str, "dynamo", ("dynamo", "legacy")),
-                "opset": export.opt("opset", int, 18),
-                "args": export.opt("args", dict, {})}   # the model code's own export options
+    settings = {n: KEY[f"export.{n}"].read(export) for n in ("exporter", "opset", "args")}
     if not OPSETS[0] <= settings["opset"] <= OPSETS[1]:
         export.fail(
             "opset",
@@ -239,18 +233,19 @@ def _export(export: Table) -> dict:
 
 
 def _compile(comp: Table) -> dict:
-    settings = {"optimization": comp.opt("optimization", int, 3, (1, 2, 3)),
-                "android_libs": comp.opt("android_libs", str, "auto", ANDROID_LIBS),
-                # The guide: above ~1B parameters in fp16 a model may not fit one context. The
-                # bundled compiler builds 1.2B (2.4 GB, bench/size_limit.py); devices unmeasured.
-                "max_fp16_params": comp.opt("max_fp16_params", int, 1_000_000_000)}
+    # max_fp16_params: the guide: above ~1B parameters in fp16 a model may not fit one context.
+    # The bundled compiler builds 1.2B (2.4 GB, bench/size_limit.py); devices unmeasured.
+    settings = {
+        name: KEY[f"compile.{name}"].read(comp)
+        for name in ("optimization", "android_libs", "max_fp16_params")
+    }
     # The QNN runtime the app ships (runtime_qairt = "2.49.40") or the QAIRT families to build
     # (qairt = [...]): kept as written only when given (a spec without them keeps its settings); the
     # compiler resolves and checks them at load (compilers/ort_qnn/families.py).
-    for key, kind in (("runtime_qairt", str), ("qairt", list)):
-        value = comp.opt(key, kind, None)
+    for key in ("runtime_qairt", "qairt"):
+        value = KEY[f"compile.{key}"].read(comp)
         if value is not None:
-            settings[key] = tuple(value) if kind is list else value
+            settings[key] = tuple(value) if isinstance(value, list) else value
     comp.done()
     return settings
 
@@ -265,10 +260,8 @@ REFERENCES = {"torch": "torch_runner", "module": "reference_runner", "none": ""}
 
 def _parity(parity: Table, given_only: bool) -> dict:
     settings = {
-        "max_abs": parity.number("max_abs", 1e-3),
-        "reference": parity.opt(
-            "reference", str, "none" if given_only else "torch", tuple(REFERENCES)
-        ),
+        "max_abs": KEY["parity.max_abs"].read(parity),
+        "reference": KEY["parity.reference"].read(parity, "none" if given_only else "torch"),
     }
     parity.done()
     return settings
@@ -277,13 +270,13 @@ def _parity(parity: Table, given_only: bool) -> dict:
 # The [verify] bounds and their defaults (docs/add-a-model.md): the largest error of an output,
 # relative to its range, for fp16 and for w8a16 graphs, and the least cosine similarity (0: not
 # checked; e.g. 0.99 for an embedding, where direction is what counts).
-VERIFY_BOUNDS = {"max_rel": 0.02, "max_rel_w8a16": 0.1, "min_cosine": 0.0}
+VERIFY_BOUNDS = {n: KEY[f"verify.{n}"].default for n in ("max_rel", "max_rel_w8a16", "min_cosine")}
 
 
 def _verify(verify: Table, chip_names: tuple, data_dir: str | None) -> dict:
-    settings: dict[str, Any] = {"clips": tuple(verify.opt("clips", list, [])),
-                **{key: verify.number(key, default) for key, default in VERIFY_BOUNDS.items()},
-                "full_chips": tuple(verify.opt("full_chips", list, []))}
+    settings: dict[str, Any] = {"clips": tuple(KEY["verify.clips"].read(verify)),
+                **{key: KEY[f"verify.{key}"].read(verify) for key in VERIFY_BOUNDS},
+                "full_chips": tuple(KEY["verify.full_chips"].read(verify))}
     if settings["min_cosine"] > 1:
         verify.fail("min_cosine", f"a cosine similarity is at most 1, got {settings['min_cosine']}")
     for chip in settings["full_chips"]:
@@ -311,7 +304,7 @@ def _metric(metric: Table) -> Settings:
 
 
 def _graphs(
-    top: Table, checkpoint, chip_names: tuple, chips: dict, here: Path
+    top: Table, checkpoint: Checkpoint | None, chip_names: tuple, chips: dict, here: Path
 ) -> tuple[Graph, ...]:
     table = top.sub("graphs")
     graphs = tuple(_graph(table.sub(g), g, here) for g in table.data)
@@ -355,5 +348,5 @@ def _compiler(top: Table, file: str) -> str:
             "key)",
             file=sys.stderr,
         )
-        return top.opt("toolchain", str, "ort-qnn")
-    return top.opt("compiler", str, "ort-qnn")
+        return top.opt("toolchain", str, KEY["compiler"].default)
+    return KEY["compiler"].read(top)

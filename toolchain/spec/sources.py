@@ -6,6 +6,7 @@ import os
 from importlib import metadata
 from pathlib import Path
 
+from toolchain.spec.keys import KEY
 from toolchain.spec.records import CHECKPOINT_FORMATS, FORMAT, SHA256, Checkpoint
 from toolchain.spec.table import Settings, Table, near
 
@@ -137,7 +138,7 @@ def requires(top: Table) -> Settings:
     """`requires = ["librosa>=0.10", ...]`: the model code's own packages, each installed and
     matching, or one line naming it; {requirement: installed version} (recorded in the manifest
     and export settings)."""
-    items = top.opt("requires", list, [])
+    items = KEY["requires"].read(top)
     if not items:
         return Settings({})
     # only now: it is slow to import

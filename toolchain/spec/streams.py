@@ -14,11 +14,14 @@
 An output without checks keeps the model's [verify] bounds (nothing about it changes)."""
 from __future__ import annotations
 
+from toolchain.spec.records import Tensor
+from toolchain.spec.table import Table
+
 CHECK_BOUNDS = ("max_abs", "max_rel", "min_cosine")
 JUDGES = ("metric",)
 
 
-def checks(t, outputs) -> dict:
+def checks(t: Table, outputs: tuple[Tensor, ...]) -> dict:
     """{output: {bound: value} or {"judged_by": "metric", "reason": ...}} for the
     outputs given checks."""
     names = [o.name for o in outputs]
@@ -62,7 +65,7 @@ def checks(t, outputs) -> dict:
     return found
 
 
-def state(t, inputs, outputs) -> dict:
+def state(t: Table, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...]) -> dict:
     """{output: input}: each pair the same shape and dtype, each input fed by one output."""
     ins, outs = {i.name: i for i in inputs}, {o.name: o for o in outputs}
     pairs: dict[str, str] = {}
@@ -89,7 +92,7 @@ def state(t, inputs, outputs) -> dict:
     return pairs
 
 
-def stream(t, inputs, pairs: dict) -> dict:
+def stream(t: Table, inputs: tuple[Tensor, ...], pairs: dict) -> dict:
     """How a stream is cut into calls: call i reads [i*hop - context, i*hop + chunk) along `axis` of
     the stream input (zeros outside the stream); every other input is a state."""
     ins = {i.name: i for i in inputs}

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
+from typing import Any
 
 from toolchain.errors import SpecError
 
@@ -54,13 +55,21 @@ class Table:
     def fail(self, key: str, message: str) -> None:
         raise SpecError(f"{self.file}: {self.loc(key)}: {message}")
 
-    def req(self, key: str, kind, choices=None):
+    def req(
+        self, key: str, kind: type | tuple[type, ...], choices: Collection[Any] | None = None
+    ) -> Any:
         if key not in self.data:
             hint = f" (one of {', '.join(choices)})" if choices else ""
             self.fail(key, f"missing required field{hint}")
         return self.opt(key, kind, None, choices)
 
-    def opt(self, key: str, kind, default, choices=None):
+    def opt(
+        self,
+        key: str,
+        kind: type | tuple[type, ...],
+        default: Any,
+        choices: Collection[Any] | None = None,
+    ) -> Any:
         self.used.add(key)
         if key not in self.data:
             return default

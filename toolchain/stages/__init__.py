@@ -57,11 +57,39 @@ class Stage:
             )
 
 
+def named(
+    model: Model | str,
+    graph: Graph | str | None = None,
+    chip: Chip | None = None,
+    family: str = "",
+) -> dict:
+    """A task's name and its owner, made from the records it is built for: `name` is
+    `<model>[/<graph>][@<CHIP>][+qairt<family>]` (`convert:m/g+qairt2.49` has a family, no chip),
+    `owner` is {model, graph, chip, family} (those it has). The pipeline moves `owner` into the
+    task's meta, where the aliases, the trace and the CI matrix read it: nothing parses a name back.
+    `graph` is a graph or the name of a group of graphs (parity); `model` a model or, for a task
+    that serves no model (a compiler's runtime), the compiler's name (owner `compiler`); a chip's
+    family is its own (chip.family)."""
+    owner = {"compiler": model} if isinstance(model, str) else {"model": model.name}
+    name = model if isinstance(model, str) else model.name
+    if graph is not None:
+        owner["graph"] = graph if isinstance(graph, str) else graph.name
+        name += f"/{owner['graph']}"
+    family = chip.family if chip is not None else family
+    if chip is not None:
+        owner["chip"] = chip.name
+        name += f"@{chip.name}"
+    if family:
+        owner["family"] = family
+        name += f"+qairt{family}"
+    return {"name": name, "owner": owner}
+
+
 class Compiler(ABC):
     """What a spec's `compiler =` names (compilers/<name>/): one subclass per compiler. Stages,
     bundles and the phone code ask these questions of `project.compiler(model)`, never of a
     compiler's name; a third compiler is one folder implementing this class plus one line in
-    compilers/__init__.py."""
+    compilers/registry.py."""
 
     name = ""                    # what a spec's `compiler =` says; names build/<model>/<name>/
     # <graph><suffix>.bin: the file name the compiler gives a context binary

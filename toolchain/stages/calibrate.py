@@ -24,7 +24,7 @@ from toolchain.errors import StageFailed
 from toolchain.qnn.layout import native_permutation
 from toolchain.shared import modeldata
 from toolchain.shared.iorecord import io_record
-from toolchain.stages import Project
+from toolchain.stages import Project, named
 
 # numpy is imported where used: doit's own process loads this module on every run
 # (tests/test_engine_worker.py)
@@ -66,7 +66,7 @@ def tasks(project: Project) -> Iterator[dict]:
                 "io": io,
             }
             yield {
-                "name": f"{model.name}/{graph.name}",
+                **named(model, graph),
                 "doc": f"{model.name}/{graph.name}: {graph.calibration} real calibration inputs "
                        "(raw + input list)",
                 "file_dep": [*model.code_files, *onnx_files.values(), *project.data_files(model)],
@@ -93,7 +93,7 @@ def permutation(layout: str, shape: list) -> list[int]:
 def write(
     module_file: str,
     onnx_files: dict,
-    data_dir,
+    data_dir: str | None,
     graph: str,
     inputs: list,
     count: int,

@@ -13,7 +13,7 @@ from toolchain.engine.files import atomic_path, sha256
 from toolchain.engine.run.worker import load_module, run
 from toolchain.errors import StageFailed
 from toolchain.shared import modeldata
-from toolchain.stages import Project, export
+from toolchain.stages import Project, export, named
 
 DOC = "verify the pinned checkpoint's sha256 and convert it for the export code"
 
@@ -34,7 +34,7 @@ def tasks(project: Project) -> Iterator[dict]:
             "out": out,
         }
         yield {
-            "name": model.name,
+            **named(model),
             "doc": f"{model.name}: {DOC}",
             "file_dep": [*(ck.parts or [ck.path]), *model.code_files],
             "targets": [out, log],

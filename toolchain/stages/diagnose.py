@@ -17,8 +17,9 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Iterator
-from typing import cast
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import Any, cast
 
 from doit.tools import config_changed
 
@@ -30,9 +31,11 @@ from toolchain.shared import measures, modeldata
 from toolchain.shared.iorecord import io_record
 from toolchain.spec.chips import Chip
 from toolchain.spec.records import Graph, Model
-from toolchain.stages import Compiler, Project
+from toolchain.stages import Compiler, Project, named
 
 FLOATS = (1, 10)   # onnx.TensorProto.FLOAT, FLOAT16: the tensors compared (not shapes or indices)
+# onnx_model: an onnx.ModelProto (Any: onnx is imported where used)
+Piece = Callable[[str], Callable[[dict], dict]]   # compile_piece(path) -> run(feeds) -> outputs
 
 
 def tasks(project: Project) -> Iterator[dict]:
@@ -60,7 +63,7 @@ def tasks(project: Project) -> Iterator[dict]:
             "spec": model.spec_file,
         }
         yield {
-            "name": f"{model.name}@{chip.tag}",
+            **named(model, chip=chip),
             "doc": f"{model.name} on {chip.name}: the first op whose simulator output departs from "
                    "the CPU",
             "file_dep": [
@@ -141,7 +144,7 @@ def after_failure(graphs: dict, failing: list, pieces: dict, thresholds: dict) -
 def locate(
     module_file: str,
     graphs: dict,
-    data_dir,
+    data_dir: str | None,
     clips: list,
     io: dict,
     pieces: dict,
@@ -171,7 +174,12 @@ def locate(
 
 
 def bisect(
-    onnx_model, feeds: dict, compile_piece, limits: dict, scratch: str, output: str | None = None
+    onnx_model: Any,
+    feeds: dict,
+    compile_piece: Piece,
+    limits: dict,
+    scratch: str,
+    output: str | None = None,
 ) -> dict:
     """The first op whose output is beyond `limits` on the compiled piece, following the data: a
     bisection over the ops the bad tensor is computed from (graph order is no chain: another
@@ -186,7 +194,7 @@ def bisect(
         raise StageFailed("no float tensor produced by an op to cut the graph at")
     checked = {}
 
-    def bad(i: int):
+    def bad(i: int) -> bool | None:
         if i not in checked:
             checked[i] = measure(
                 onnx_model, points[i], feeds, compile_piece, f"{scratch}/{i}", onnx
@@ -222,7 +230,9 @@ def bisect(
     return found
 
 
-def _follow(onnx_model, points: list[dict], bad, hi: int) -> tuple[int, int]:
+def _follow(
+    onnx_model: Any, points: list[dict], bad: Callable[[int], bool | None], hi: int
+) -> tuple[int, int]:
     """(last within, first bad) point indices: bisect the bad point's ancestors; while the op
     found has a bad feeder, start again from that feeder (each round searches a strictly smaller
     set of ancestors)."""
@@ -238,7 +248,7 @@ def _follow(onnx_model, points: list[dict], bad, hi: int) -> tuple[int, int]:
         hi = worse
 
 
-def _transition(order: list[int], bad) -> tuple[int, int]:
+def _transition(order: list[int], bad: Callable[[int], bool | None]) -> tuple[int, int]:
     """Bisect `order` (point indices, the last one known bad) for a good point followed by
     a bad one."""
     # positions: lo last known good (-1: the inputs), hi first known bad
@@ -255,7 +265,9 @@ def _transition(order: list[int], bad) -> tuple[int, int]:
     return (order[lo] if lo >= 0 else -1), order[hi]
 
 
-def alone(onnx_model, point: dict, feeds: dict, compile_piece, folder: str, onnx) -> dict:
+def alone(
+    onnx_model: Any, point: dict, feeds: dict, compile_piece: Piece, folder: str, onnx: ModuleType
+) -> dict:
     """The op of `point` as a graph of its own, fed the CPU's values of its inputs: its error
     on the compiler against the CPU (the fault is the op's own), or {"error"} when the lone op
     does not compile."""
@@ -299,7 +311,7 @@ def alone(onnx_model, point: dict, feeds: dict, compile_piece, folder: str, onnx
     return _rounded(errors)
 
 
-def cut_points(onnx_model, output: str | None = None) -> list[dict]:
+def cut_points(onnx_model: Any, output: str | None = None) -> list[dict]:
     """Each op's first float output that depends on a graph input, in graph (topological)
     order; with `output`, only the ops that output is computed from (ending with the op
     that produces it)."""
@@ -330,7 +342,9 @@ def cut_points(onnx_model, output: str | None = None) -> list[dict]:
     return points
 
 
-def measure(onnx_model, point: dict, feeds: dict, compile_piece, folder: str, onnx) -> dict:
+def measure(
+    onnx_model: Any, point: dict, feeds: dict, compile_piece: Piece, folder: str, onnx: ModuleType
+) -> dict:
     """The piece ending at `point`: compiled and run, against the CPU on the same feeds."""
     os.makedirs(folder, exist_ok=True)
     needed = _inputs_of(onnx_model, point["tensor"])
@@ -347,7 +361,7 @@ def measure(onnx_model, point: dict, feeds: dict, compile_piece, folder: str, on
     return _rounded(errors)
 
 
-def _ancestors(onnx_model, tensor: str) -> set[int]:
+def _ancestors(onnx_model: Any, tensor: str) -> set[int]:
     """Indices of the nodes `tensor` is computed from (itself included)."""
     producer = {o: i for i, n in enumerate(onnx_model.graph.node) for o in n.output}
     seen, stack = set(), [tensor]
@@ -359,13 +373,13 @@ def _ancestors(onnx_model, tensor: str) -> set[int]:
     return seen
 
 
-def _producers(onnx_model, node) -> set[int]:
+def _producers(onnx_model: Any, node: Any) -> set[int]:
     """Indices of the nodes whose outputs `node` reads."""
     producer = {o: i for i, n in enumerate(onnx_model.graph.node) for o in n.output}
     return {producer[i] for i in node.input if i in producer}
 
 
-def _inputs_of(onnx_model, tensor: str) -> list[str]:
+def _inputs_of(onnx_model: Any, tensor: str) -> list[str]:
     """The graph inputs `tensor` depends on."""
     producer = {o: n for n in onnx_model.graph.node for o in n.output}
     graph_inputs = {i.name for i in onnx_model.graph.input} - {

@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from doit.tools import config_changed
 
@@ -21,7 +21,7 @@ from toolchain.errors import StageFailed
 from toolchain.shared import modeldata
 from toolchain.shared.iorecord import io_record
 from toolchain.spec.records import Graph, Model
-from toolchain.stages import Project
+from toolchain.stages import Project, named
 
 if TYPE_CHECKING:   # annotations only
     from collections.abc import Callable
@@ -53,7 +53,7 @@ def tasks(project: Project) -> Iterator[dict]:
                 "io": {graph.name: settings["io"]},
             }
             yield {
-                "name": f"{model.name}/{graph.name}",
+                **named(model, graph),
                 "doc": f"{model.name}/{graph.name}: checkpoint -> ONNX "
                        f"({settings_export['exporter']}, "
                 f"opset {settings_export['opset']}), batch 1, static shapes",
@@ -65,8 +65,9 @@ def tasks(project: Project) -> Iterator[dict]:
             }
 
 
+# module: a torch.nn.Module, onnx_model an onnx.ModelProto (Any: imported where used)
 def torch_to_onnx(
-    module, args: tuple, out: str, inputs: list[str], outputs: list[str], settings: dict
+    module: Any, args: tuple, out: str, inputs: list[str], outputs: list[str], settings: dict
 ) -> None:
     """torch.onnx.export of `module` on `args` into one self-contained ONNX file at `out`, with the
     spec's exporter and opset. For model code (models/*.py export()). Exported in a scratch folder
@@ -140,7 +141,7 @@ def _external_task(model: Model, graph: Graph, out: str, record: str, log: str) 
             "io": io_record(graph),
             **({"tools": tools} if model.requires else {}),
         }
-    return {"name": f"{model.name}/{graph.name}",
+    return {**named(model, graph),
             "doc": f"{model.name}/{graph.name}: ONNX from the declared {what}",
             "file_dep": deps, "targets": [out, record, log], "clean": True,
             "actions": [(run, (action, kwargs, log))], "uptodate": [config_changed(settings)]}
@@ -231,7 +232,7 @@ def _pinned(path: str, io: dict, where: str) -> dict:
 DYNAMIC_INT8 = {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger"}
 
 
-def refuse_foreign_ops(onnx_model, where: str) -> None:
+def refuse_foreign_ops(onnx_model: Any, where: str) -> None:
     """One line for a graph the HTP cannot take by construction, before any shape message: ops
     outside the ONNX domain (onnxruntime's contrib ops, custom ops; they have no ONNX shape
     inference either) or the integer ops of dynamic int8 quantisation, named with their domain and
@@ -349,7 +350,7 @@ def read_member(archive: str, member: str) -> bytes:
         raise StageFailed(f"{archive}: not a readable archive ({err})") from None
 
 
-def pin_shapes(onnx_model, io: dict, where: str) -> dict:
+def pin_shapes(onnx_model: Any, io: dict, where: str) -> dict:
     """Set every dynamic input axis to the declared size (in place), infer all shapes again and
     check that every output is static and as declared; {input: {axis: "N -> 1"}} of what was fixed.
     A declared size that contradicts a fixed one, or an output axis no input decides, is one line
@@ -428,7 +429,7 @@ def pin_shapes(onnx_model, io: dict, where: str) -> dict:
     return fixed
 
 
-def _static(info) -> bool:
+def _static(info: Any) -> bool:
     dims = info.type.tensor_type.shape.dim
     return info.type.tensor_type.HasField("shape") and all(
         d.HasField("dim_value") and d.dim_value > 0 for d in dims
@@ -452,7 +453,7 @@ def _folded(onnx_model):
     return folded if ok else onnx_model
 
 
-def _first_unknown(onnx_model) -> str:
+def _first_unknown(onnx_model: Any) -> str:
     """' (from node N, op: its inputs are static, an output is not)' for the first such
     node, or ''."""
     known = {i.name for i in onnx_model.graph.input if _static(i)} | {
@@ -485,7 +486,7 @@ def code_failed(module_file: str, what: str, checkpoint: str | None, err: Except
     )
 
 
-def onnx_or_fail(path, what: str) -> None:
+def onnx_or_fail(path: str | os.PathLike[str], what: str) -> None:
     """Refuse a file that is not an ONNX model, in one line (not onnxsim's traceback
     two stages later)."""
     import onnx

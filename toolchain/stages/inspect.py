@@ -4,7 +4,7 @@ convert and compile waits for)."""
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from doit.tools import config_changed
@@ -15,7 +15,7 @@ from toolchain.engine.run.worker import in_process
 from toolchain.errors import StageFailed
 from toolchain.rewrites import known_wrong
 from toolchain.shared.iorecord import io_record
-from toolchain.stages import Project
+from toolchain.stages import Project, named
 
 if TYPE_CHECKING:   # annotations only: onnx is imported where used
     import onnx
@@ -42,7 +42,7 @@ def tasks(project: Project) -> Iterator[dict]:
             declared["precision"] = graph.precision
             declared["max_fp16_params"] = model.compile["max_fp16_params"]
             yield {
-                "name": f"{model.name}/{graph.name}",
+                **named(model, graph),
                 "doc": f"{model.name}/{graph.name}: assert static shapes, batch 1, int32 I/O, "
                        "declared names, "
                 f"no op the HTP is known to compute wrong",
@@ -150,7 +150,7 @@ def check(src: str, declared: dict, spec_file: str, out: str, graph: str = "") -
     )
 
 
-def _numel(dims) -> int:
+def _numel(dims: Iterable[int]) -> int:
     n = 1
     for d in dims:
         n *= d

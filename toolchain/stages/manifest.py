@@ -16,7 +16,7 @@ from toolchain.spec.chips import Chip
 from toolchain.spec.records import Model
 from toolchain.spec.table import plain
 from toolchain.spec.windows import by_size
-from toolchain.stages import Project, parity, simplify
+from toolchain.stages import Project, named, parity, simplify
 
 # What the binary's own config string says about the request (the full string is in *.compile.json).
 CONFIG_KEYS = ("soc_type", "arch", "vtcm_size", "relaxed_precision_flag", "OpO", "hvx_threads")
@@ -72,7 +72,7 @@ def tasks(project: Project) -> Iterator[dict]:
             }
         out = artifacts.manifest(model, chip)
         yield {
-            "name": f"{model.name}@{chip.tag}",
+            **named(model, chip=chip),
             "doc": f"{model.name} on {chip.tag}: manifest (chip, SDK build id, checksums, numbers)",
             "file_dep": [
                 p

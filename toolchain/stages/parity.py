@@ -8,7 +8,9 @@ against the largest window's) and writes the model's record, parity.json, from b
 simulator (verify): a model that fails on the CPU never pays a simulator run."""
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from types import ModuleType
+from typing import Any
 
 from doit.tools import config_changed
 
@@ -21,7 +23,9 @@ from toolchain.shared import measures, modeldata, stream
 from toolchain.shared.iorecord import io_record
 from toolchain.spec import REFERENCES, windows
 from toolchain.spec.records import Graph, Model
-from toolchain.stages import Project, export
+from toolchain.stages import Project, export, named
+
+Run = Callable[[str, dict], dict]   # run(graph name, feeds) -> outputs
 
 
 def tasks(project: Project) -> Iterator[dict]:
@@ -47,7 +51,7 @@ def tasks(project: Project) -> Iterator[dict]:
             kwargs = {**common, "onnx_files": onnx_group, "out": out,
                       "io": {g.name: io_record(g) for g in graphs}, "streams": streams(graphs)}
             yield {
-                "name": f"{model.name}/{group}",
+                **named(model, group),
                 "doc": f"{model.name}/{group}: ONNX on CPU vs {settings['reference']} reference, "
                        "per call "
                 f"(max_abs {settings['max_abs']}); gates these graphs' compiles",
@@ -67,7 +71,7 @@ def tasks(project: Project) -> Iterator[dict]:
             "streams": streams(model.graphs),
         }
         yield {
-            "name": model.name,
+            **named(model),
             "doc": f"{model.name}: ONNX on CPU vs {settings['reference']} reference on real inputs "
                    "(max_abs "
             f"{settings['max_abs']}"
@@ -80,7 +84,7 @@ def tasks(project: Project) -> Iterator[dict]:
         }
 
 
-def streams(graphs) -> dict:
+def streams(graphs: Iterable[Graph]) -> dict:
     return {
         g.name: {"geometry": dict(g.stream), "state": dict(g.state)} for g in graphs if g.stream
     }
@@ -129,7 +133,7 @@ def rewritten(model: Model) -> bool:
     return any(g.rewrite for g in model.graphs)
 
 
-def runner(module, module_file: str, reference: str):
+def runner(module: ModuleType, module_file: str, reference: str) -> Callable[..., Any]:
     """The model code's reference runner the spec names: torch_runner or
     reference_runner (spec.REFERENCES)."""
     name = REFERENCES[reference]
@@ -143,7 +147,9 @@ def runner(module, module_file: str, reference: str):
     return getattr(module, name)
 
 
-def _runs(module_file: str, checkpoint: str | None, onnx_files: dict, settings: dict, io: dict):
+def _runs(
+    module_file: str, checkpoint: str | None, onnx_files: dict, settings: dict, io: dict
+) -> tuple[ModuleType, Run, Run]:
     """(model code, reference run, CPU ONNX run) of these graphs."""
     module = load_module(module_file)
     try:
@@ -158,7 +164,7 @@ def _runs(module_file: str, checkpoint: str | None, onnx_files: dict, settings: 
         ) from err
     cpu: dict = {}   # each graph's session made when first run (the model's step may run none)
 
-    def onnx_run(graph: Graph, feeds):
+    def onnx_run(graph: str, feeds: dict) -> dict:
         if graph not in cpu:
             cpu[graph] = modeldata.cpu(onnx_files[graph])
         return cpu[graph](feeds)
@@ -169,7 +175,7 @@ def check_tensors(
     module_file: str,
     checkpoint: str | None,
     onnx_files: dict,
-    data_dir,
+    data_dir: str | None,
     settings: dict,
     out: str,
     io: dict,
@@ -193,7 +199,7 @@ def check(
     module_file: str,
     checkpoint: str | None,
     onnx_files: dict,
-    data_dir,
+    data_dir: str | None,
     settings: dict,
     out: str,
     io: dict,
@@ -229,11 +235,11 @@ def check(
 
 
 def compare_tensors(
-    module,
+    module: ModuleType,
     module_file: str,
-    reference,
-    candidate,
-    data_dir,
+    reference: Run,
+    candidate: Run,
+    data_dir: str | None,
     io: dict,
     streams: dict,
     settings: dict,
@@ -254,7 +260,7 @@ def compare_tensors(
     }, failures
 
 
-def inputs_used(module, samples: list, io: dict, streams: dict) -> dict:
+def inputs_used(module: ModuleType, samples: list, io: dict, streams: dict) -> dict:
     """Which inputs each check used, for the record: each graph's per-call feeds, and the samples
     the stream loops and the task metric ran on."""
     return {"tensors": stream.feeds_origin(module, samples[0] if samples else None, io, streams),
@@ -262,11 +268,11 @@ def inputs_used(module, samples: list, io: dict, streams: dict) -> dict:
 
 
 def compare(
-    module,
+    module: ModuleType,
     module_file: str,
-    reference,
-    candidate,
-    data_dir,
+    reference: Run,
+    candidate: Run,
+    data_dir: str | None,
     io: dict,
     streams: dict,
     settings: dict,

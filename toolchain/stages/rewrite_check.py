@@ -18,7 +18,7 @@ from toolchain.errors import StageFailed
 from toolchain.rewrites import library as rewrites
 from toolchain.shared import measures, modeldata, stream
 from toolchain.shared.iorecord import io_record
-from toolchain.stages import Project, parity
+from toolchain.stages import Project, named, parity
 
 
 def tasks(project: Project) -> Iterator[dict]:
@@ -47,7 +47,7 @@ def tasks(project: Project) -> Iterator[dict]:
             },
         }
         yield {
-            "name": model.name,
+            **named(model),
             "doc": f"{model.name}: rewritten graphs vs unrewritten on the CPU, on the model's data "
                    "(max_abs "
             f"{settings['max_abs']})",
@@ -66,7 +66,7 @@ def tasks(project: Project) -> Iterator[dict]:
 def check(
     module_file: str,
     graphs: dict,
-    data_dir,
+    data_dir: str | None,
     settings: dict,
     out: str,
     io: dict,

@@ -4,7 +4,7 @@ the rewrite stage's check)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from doit.tools import config_changed
@@ -17,7 +17,7 @@ from toolchain.engine.state.settings import task_settings
 from toolchain.errors import StageFailed
 from toolchain.rewrites import library as rewrites
 from toolchain.spec.table import plain
-from toolchain.stages import Project
+from toolchain.stages import Project, named
 from toolchain.stages.export import onnx_or_fail
 
 REWRITE_CODE = sorted(
@@ -41,7 +41,7 @@ def tasks(project: Project) -> Iterator[dict]:
                 deps, targets = deps + REWRITE_CODE, targets + extra
             # a graph without rewrites keeps its settings (nothing rebuilds)
             settings = task_settings(kwargs, ("rewrite",), {"rewrite": ()}, tool=tool)
-            yield {"name": f"{model.name}/{graph.name}",
+            yield {**named(model, graph),
                    "doc": f"{model.name}/{graph.name}: onnxsim (constant folding, shape inference)"
                           + (f", rewrites {_shown(graph.rewrite)}" if graph.rewrite else ""),
                    "file_dep": deps, "targets": targets, "clean": True,
@@ -49,7 +49,7 @@ def tasks(project: Project) -> Iterator[dict]:
                    "uptodate": [config_changed(settings)]}
 
 
-def _shown(rewrite) -> str:
+def _shown(rewrite: str | Sequence[str]) -> str:
     return rewrite if isinstance(rewrite, str) else ", ".join(rewrite)
 
 
@@ -57,7 +57,13 @@ def tool_version() -> dict:
     return {"onnxsim": versions.version("onnxsim"), "onnx": versions.version("onnx")}
 
 
-def simplify(src: str, out: str, rewrite=(), unrewritten: str = "", record: str = "") -> None:
+def simplify(
+    src: str,
+    out: str,
+    rewrite: str | Sequence[str] = (),
+    unrewritten: str = "",
+    record: str = "",
+) -> None:
     import onnx
     import onnxsim
     onnx_or_fail(src, f"{src} is")

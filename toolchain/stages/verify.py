@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
@@ -23,8 +23,8 @@ from toolchain.engine.run.worker import load_module, run
 from toolchain.errors import StageFailed
 from toolchain.shared import measures, modeldata, stream
 from toolchain.shared.iorecord import io_record
-from toolchain.spec.records import Graph, Model
-from toolchain.stages import Project, diagnose, parity
+from toolchain.spec.records import Model
+from toolchain.stages import Project, diagnose, named, parity
 
 
 class Checks(TypedDict):
@@ -108,7 +108,7 @@ def tasks(project: Project, tier: str) -> Iterator[dict]:
             said[model.name] = inputs_said(model, clips)
         what = said[model.name]
         yield {
-            "name": f"{model.name}@{chip.tag}",
+            **named(model, chip=chip),
             "doc": f"{model.name} on {chip.tag}: {compiler.verify_runner_name()} vs CPU ONNX, "
                    f"{tier} tier ({what})",
             "file_dep": [
@@ -157,7 +157,7 @@ def inputs_said(model: Model, clips: tuple) -> str:
 def check(
     module_file: str,
     graphs: dict,
-    data_dir,
+    data_dir: str | None,
     simulators: dict,
     checks: Checks,
     out: str,
@@ -189,10 +189,10 @@ def check(
     sim = {name: _memo(factory(**kwargs)) for name, (factory, kwargs) in simulators.items()}
     streams = streams or {}
 
-    def cpu_run(graph: Graph, feeds):
+    def cpu_run(graph: str, feeds: dict) -> dict:
         return cpu[graph](feeds)
 
-    def sim_run(graph: Graph, feeds):
+    def sim_run(graph: str, feeds: dict) -> dict:
         return sim[graph](feeds)
 
     samples = modeldata.samples(module, data_dir, checks["clips"], f"{spec}: verify.clips")
@@ -207,7 +207,7 @@ def check(
     precisions = precisions or {}
 
     # a bound the graph's precision cannot hold: said first, and no op is bisected for it
-    def tight(g, o) -> str:
+    def tight(g: str, o: str) -> str:
         return measures.beyond_precision(errors[g]["outputs"][o]["check"], precisions.get(g, ""))
     for g, e in errors.items():
         for o, w in e["outputs"].items():
@@ -283,12 +283,12 @@ def _summary(record: dict) -> str:
     return "\n".join(lines)
 
 
-def _memo(run):
+def _memo(run: Callable[[dict], dict]) -> Callable[[dict], dict]:
     """Cache simulator calls by input bytes: the tensor check and the transcript share
     the encoder run."""
-    cache = {}
+    cache: dict[str, dict] = {}
 
-    def cached(feeds):
+    def cached(feeds: dict) -> dict:
         key = hashlib.sha1(
             b"".join(k.encode() + v.tobytes() for k, v in sorted(feeds.items()))
         ).hexdigest()

@@ -96,7 +96,7 @@ class Compiler(stages.Compiler):
         ),
     )
 
-    def preflight(self, models, chips: dict, options: Options) -> None:
+    def preflight(self, models: list[Model], chips: dict, options: Options) -> None:
         """The route's model libraries need a C compiler: one line at load when there is none."""
         routed = [m for m in models if any(ep.uses_route(g) for g in m.graphs)]
         if routed and modellib.compiler() is None:

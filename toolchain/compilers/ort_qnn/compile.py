@@ -18,7 +18,7 @@ from toolchain.engine.state.settings import task_settings
 from toolchain.errors import StageFailed
 from toolchain.qnn import qnnbin
 from toolchain.shared.iorecord import io_record
-from toolchain.stages import Project, parity
+from toolchain.stages import Project, named, parity
 
 if TYPE_CHECKING:   # annotations only
     from collections.abc import Callable
@@ -53,7 +53,7 @@ def tasks(project: Project) -> Iterator[dict]:
             kwargs["src"] = src
             how = "EP compile (route = \"ep\")"
         yield {
-            "name": f"{model.name}/{graph.name}@{chip.tag}",
+            **named(model, graph, chip),
             "doc": f"{model.name}/{graph.name} -> {chip.name} (v{chip.htp_arch}) context binary, "
             f"{graph.precision}, no CPU fallback, "
             f"{how}{f', QAIRT {chip.family}' if chip.family else ''}",

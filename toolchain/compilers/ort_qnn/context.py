@@ -14,11 +14,11 @@ three calls wrapped:
 from __future__ import annotations
 
 import ctypes as C
+from typing import Any
 
 from toolchain.engine.files import atomic_path
 from toolchain.qnn import qnnbin
 from toolchain.qnn.qnnbin import INTERFACE_FUNCTIONS, ErrorHandle, Interface, htp_lib
-from toolchain.spec.records import Graph
 
 _P = C.c_void_p
 # Option numbers of the documented QNN HTP API (QnnDevice/QnnGraph config options,
@@ -83,7 +83,7 @@ class ConfigList:
         self.customs = customs
         self.configs = [_Config(CONFIG_OPTION_CUSTOM, C.cast(C.pointer(c), _P)) for c in customs]
         self.array = (C.POINTER(_Config) * (len(self.configs) + 1))(
-            *[C.pointer(c) for c in self.configs], None
+            *[C.pointer(c) for c in self.configs], C.POINTER(_Config)()   # NULL-terminated
         )
 
     @property
@@ -168,7 +168,9 @@ class Replay:
         def device_create(log, _configs, device):
             return real_device(log, self._device_configs.pointer, device)
 
-        def graph_create(context, name, _configs, graph: Graph):
+        def graph_create(
+            context: int | None, name: bytes, _configs: int | None, graph: C._Pointer[_P]
+        ) -> int:
             self.graph_names.append(name.decode())
             return real_graph(context, name, self._graph_configs.pointer, graph)
 
@@ -287,7 +289,7 @@ def write_context_model(
             for name, shape, dtype in io[kind]
         ]
 
-    multi_soc = {"is_multi_soc_ep_context": 0} if wrapper["format"] == 2 else {}
+    multi_soc: dict[str, Any] = {"is_multi_soc_ep_context": 0} if wrapper["format"] == 2 else {}
     node = helper.make_node(
         "EPContext",
         [t[0] for t in io["inputs"]],

@@ -29,7 +29,7 @@ from toolchain.engine.run.worker import run
 from toolchain.errors import StageFailed
 from toolchain.spec.chips import Chip
 from toolchain.spec.records import Graph, Model
-from toolchain.stages import Project, parity
+from toolchain.stages import Project, named, parity
 
 # where the Saver writes, relative to the working folder (no option moves it)
 SAVER_DIR = "saver_output"
@@ -42,7 +42,7 @@ def tasks(project: Project) -> Iterator[dict]:
             yield from _tasks(project, model, family)
 
 
-def _tasks(project: Project, model: Model, family: str):
+def _tasks(project: Project, model: Model, family: str) -> Iterator[dict]:
     for graph in model.graphs:
         if not ep.uses_route(graph):
             continue
@@ -56,7 +56,7 @@ def _tasks(project: Project, model: Model, family: str):
         # a family's Saver is in its environment (its record)
         saver = [] if family else [ep.saver_library()]
         yield {
-            "name": f"{model.name}/{graph.name}{families.tag(family)}",
+            **named(model, graph, family=family),
             "doc": f"{model.name}/{graph.name}: QNN Saver recording of the EP's HTP lowering -> "
             f"{graph.name}.c + {graph.name}.bin ({graph.precision}"
             f"{f', QAIRT {family}' if family else ''}){last_summary(targets[2])}",

@@ -10,8 +10,9 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from toolchain.engine import versions
 from toolchain.engine.files import atomic_dir
@@ -46,7 +47,9 @@ def graph_options(model: Model, graph: Graph, chip: Chip) -> dict:
     )
 
 
-def provider_options(chip: Mapping, optimization: int, graph_options=None) -> dict:
+def provider_options(
+    chip: Mapping, optimization: int, graph_options: Mapping[str, object] | None = None
+) -> dict:
     """EP options for one chip (and one graph's own, from its [graphs.<g>.compile] ep_options).
     soc_model is always set: alone, htp_arch silently compiles fp32 with 4 MB VTCM
     (docs/compiler-options.md). Values are strings, as the EP takes them."""
@@ -147,7 +150,7 @@ def route_problems(graph: Graph) -> list[tuple[str, str]]:
     ]
 
 
-def option_strings(declared) -> dict:
+def option_strings(declared: Mapping[str, object]) -> dict:
     """Declared option values as the EP takes them (true/1 -> "1"); checked first
     by option_problems()."""
     def text(value):
@@ -155,7 +158,7 @@ def option_strings(declared) -> dict:
     return {name: text(value) for name, value in sorted(declared.items())}
 
 
-def option_problems(declared) -> list[tuple[str, str]]:
+def option_problems(declared: Mapping[str, object]) -> list[tuple[str, str]]:
     """(option, reason) for each declared EP option this EP does not take as given."""
     found = []
     for name, value in declared.items():
@@ -182,7 +185,7 @@ def option_problems(declared) -> list[tuple[str, str]]:
     return found
 
 
-def _session(model: str | bytes, options: dict, config: dict, severity: int = 3):
+def _session(model: str | bytes, options: dict, config: dict, severity: int = 3) -> Any:
     import onnxruntime as ort
     import onnxruntime_qnn as oq
     if oq.EP_NAME not in {d.ep_name for d in ort.get_ep_devices()}:
@@ -390,14 +393,14 @@ def context_ops(ctx_model: str) -> list[tuple[str, str]]:
     return [(n.name, n.op_type) for n in graph.node if n.op_type != "EPContext"]
 
 
-def simulator(ctx_model: str, options: dict):
+def simulator(ctx_model: str, options: dict) -> Callable[[dict], dict]:
     """Run(feeds) for a compiled EPContext model in the x86 HTP simulator."""
     session = _session(ctx_model, options, {"session.disable_cpu_ep_fallback": "1"})
     names = [o.name for o in session.get_outputs()]
     return lambda feeds: dict(zip(names, session.run(names, feeds)))
 
 
-def piece_simulator(piece: str, options: dict):
+def piece_simulator(piece: str, options: dict) -> Callable[[dict], dict]:
     """Compile a cut piece of a graph beside it (as compile.build does the whole graph: no CPU
     fallback) and return run(feeds) on the simulator."""
     out = str(Path(piece).with_name(Path(piece).stem + ".ctx.onnx"))
@@ -408,7 +411,8 @@ def piece_simulator(piece: str, options: dict):
     return simulator(out, options)
 
 
-def runtime_libraries(chip: ChipRecord, family) -> dict:
+# family: a families.Family (Any: families imports this module)
+def runtime_libraries(chip: ChipRecord, family: Any) -> dict:
     """What an app must ship next to this chip's binaries: QNN libraries of the compiler's
     QAIRT family or newer (`family`: families.Family; the default one's record is as it
     was before families)."""

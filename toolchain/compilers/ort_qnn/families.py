@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,7 +113,7 @@ def for_runtime(runtime: str, where: str) -> Family:
     return max(usable, key=lambda f: key(f.name))
 
 
-def resolve(runtime: str | None, listed, where: str) -> tuple[str, ...]:
+def resolve(runtime: str | None, listed: Sequence[str] | None, where: str) -> tuple[str, ...]:
     """The families one model builds: `runtime_qairt` (one runtime) or `qairt` (several, each a
     runtime version or a family); () = the default family only (today's build, nothing extra).
     Raises ValueError naming the field."""
@@ -166,11 +167,6 @@ def environ(family: Family) -> dict:
         k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
     }
     return {**env, "PYTHONPATH": project_root(), "PYTHONNOUSERSITE": "1"}
-
-
-def tag(name: str) -> str:
-    """What a task name adds for a non-default family: '+qairt2.49' ('' for the build's own)."""
-    return f"+qairt{name}" if name else ""
 
 
 def step_meta(name: str) -> dict:

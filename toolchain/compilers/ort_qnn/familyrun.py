@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 
 from toolchain.compilers.ort_qnn import ep
 from toolchain.errors import StageFailed
@@ -24,7 +25,7 @@ CHILD = ("import sys; from toolchain.compilers.ort_qnn.familyrun import main; "
          "sys.exit(main(*sys.argv[1:]))")
 
 
-def simulator(ctx_model: str, options: dict, python: str, env: dict):
+def simulator(ctx_model: str, options: dict, python: str, env: dict) -> Callable[[dict], dict]:
     """run(feeds) -> outputs for `ctx_model` on the simulator of the family whose
     interpreter is `python`."""
     import numpy as np
@@ -41,10 +42,11 @@ def simulator(ctx_model: str, options: dict, python: str, env: dict):
     names = json.loads(first)
     calls = [0]
 
-    def run(feeds):
+    def run(feeds: dict) -> dict:
         calls[0] += 1
         path = os.path.join(scratch, f"feeds-{calls[0]}.npz")
         np.savez(path, **feeds)
+        assert child.stdin is not None   # stdin=PIPE
         child.stdin.write(path + "\n")
         child.stdin.flush()
         out = _answer(child, ctx_model)
@@ -56,7 +58,8 @@ def simulator(ctx_model: str, options: dict, python: str, env: dict):
     return run
 
 
-def _answer(child, ctx_model: str) -> str:
+def _answer(child: subprocess.Popen[str], ctx_model: str) -> str:
+    assert child.stdout is not None   # stdout=PIPE
     while True:
         line = child.stdout.readline()
         if not line:

@@ -16,12 +16,12 @@ from pathlib import Path
 from doit.tools import config_changed
 
 from toolchain import artifacts
-from toolchain.compilers.ort_qnn import ep, families
+from toolchain.compilers.ort_qnn import ep
 from toolchain.engine.files import sha256
 from toolchain.engine.run import external
 from toolchain.engine.state import stamps
 from toolchain.spec.records import Model
-from toolchain.stages import Project
+from toolchain.stages import Project, named
 
 TARGET = "x86_64-linux"
 CSRC = Path(__file__).with_name("csrc")
@@ -99,7 +99,7 @@ def tasks(project: Project) -> Iterator[dict]:
             yield from _tasks(model, family, cc)
 
 
-def _tasks(model: Model, family: str, cc: str | None):
+def _tasks(model: Model, family: str, cc: str | None) -> Iterator[dict]:
     for graph in model.graphs:
         if not ep.uses_route(graph):
             continue
@@ -120,7 +120,7 @@ def _tasks(model: Model, family: str, cc: str | None):
             "sources": shipped_sources(),
         }
         yield {
-            "name": f"{model.name}/{graph.name}{families.tag(family)}",
+            **named(model, graph, family=family),
             "doc": f"{model.name}/{graph.name}: {graph.name}.c -> lib{graph.name}.so ({TARGET}, "
             f"{identity or 'no C compiler'})",
             # relative, as the command names them: the artifact cache keys on the paths

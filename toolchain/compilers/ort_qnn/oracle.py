@@ -33,7 +33,7 @@ from toolchain.errors import StageFailed
 from toolchain.qnn import qnnbin
 from toolchain.spec.chips import Chip
 from toolchain.spec.records import Graph, Model
-from toolchain.stages import Project
+from toolchain.stages import Project, named
 
 if TYPE_CHECKING:   # annotations only: onnx is imported where used
     import onnx
@@ -62,7 +62,7 @@ def tasks(project: Project) -> Iterator[dict]:
         kwargs = {"src": src, "ctx": ctx, "binary": binary, "options": options, "record": record,
                   "label": f"{model.name}/{graph.name}@{chip.tag}"}
         yield {
-            "name": f"{model.name}/{graph.name}@{chip.tag}",
+            **named(model, graph, chip),
             "doc": f"{model.name}/{graph.name}@{chip.tag}: the route's binary == the EP's direct "
                    "compile (md5)",
             "file_dep": [src, ctx, binary, *families.tool_files(chip.family)],

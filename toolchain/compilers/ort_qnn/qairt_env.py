@@ -8,8 +8,9 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TextIO
 
 from doit.tools import config_changed
 
@@ -31,6 +32,7 @@ def tasks(project: Project) -> Iterator[dict]:
         }
         yield {
             "name": family.name,
+            "owner": {"family": family.name},
             "doc": f"QAIRT {family.name}: its own Python environment (onnxruntime-qnn "
                    f"{family.onnxruntime_qnn}, "
             f"onnxruntime {family.onnxruntime}; no torch) under {folder}, build id checked",
@@ -41,9 +43,9 @@ def tasks(project: Project) -> Iterator[dict]:
         }
 
 
-def _env_intact(family: Family):
+def _env_intact(family: Family) -> Callable[..., bool]:
     """A removed or damaged environment is rebuilt (its record alone does not make it usable)."""
-    def check(task, values):
+    def check(task: object, values: object) -> bool:
         return os.access(interpreter(family), os.X_OK) and os.path.isfile(
             artifacts.qairt_env(family.name)
         )
@@ -132,7 +134,7 @@ def make_env(name: str, folder: str, record: str) -> None:
     )
 
 
-def _step(argv: list[str], out, failure: str, log=None) -> None:
+def _step(argv: list[str], out: TextIO, failure: str, log: Path | None = None) -> None:
     out.write(f"$ {' '.join(argv)}\n")
     out.flush()
     rc = subprocess.call(argv, stdout=out, stderr=subprocess.STDOUT)

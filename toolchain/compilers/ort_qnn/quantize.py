@@ -25,7 +25,7 @@ from toolchain.compilers.ort_qnn import ep
 from toolchain.engine import versions
 from toolchain.engine.files import atomic_path
 from toolchain.engine.run.worker import run
-from toolchain.stages import Project, calibrate, parity
+from toolchain.stages import Project, calibrate, named, parity
 
 if TYPE_CHECKING:   # annotations only: onnx is imported where used
     import onnx
@@ -59,7 +59,7 @@ def tasks(project: Project) -> Iterator[dict]:
             log = artifacts.quantize_log(model, graph)
             kwargs = {"src": src, "folder": folder, "inputs": inputs, "out": out}
             yield {
-                "name": f"{model.name}/{graph.name}",
+                **named(model, graph),
                 "doc": f"{model.name}/{graph.name}: w8a16 QDQ ONNX (uint8 weights, uint16 "
                        "activations)",
                 "file_dep": [src, artifacts.calibration_list(model, graph), *raws],

@@ -28,7 +28,7 @@ from toolchain.errors import StageFailed
 from toolchain.qnn import qnnbin
 from toolchain.shared.iorecord import io_record
 from toolchain.spec.windows import by_size
-from toolchain.stages import Project
+from toolchain.stages import Project, named
 
 SUFFIX = "__"   # <input name>__<graph>: unique across the context's graphs
 
@@ -61,7 +61,7 @@ def tasks(project: Project) -> Iterator[dict]:
             "chip": chip.record(),
         }
         yield {
-            "name": f"{model.name}@{chip.tag}",
+            **named(model, chip=chip),
             "doc": f"{model.name} -> {chip.name}: its {len(graphs)} window graphs in one context "
                    "binary, weights "
             "stored once (EP share_ep_contexts), read back; not simulated (the simulator cannot "

@@ -17,6 +17,7 @@ from toolchain.compilers.qairt import (
 )
 from toolchain.engine.options import Options
 from toolchain.qnn.layout import c_name, native_permutation
+from toolchain.qnn.sdk import Sdk
 from toolchain.shared.iorecord import io_record
 from toolchain.spec.chips import Chip
 from toolchain.spec.records import Graph, Model
@@ -78,9 +79,9 @@ class Compiler(stages.Compiler):
     )
 
     def __init__(self):
-        self.sdk = None   # tools.Sdk, set by preflight()
+        self.sdk: Sdk | None = None   # set by preflight()
 
-    def preflight(self, models, chips: dict, options: Options) -> None:
+    def preflight(self, models: list[Model], chips: dict, options: Options) -> None:
         self.sdk = tools.preflight(models, chips, options["sdk"], options["qairt_python"])
 
     def families(self, model: Model, override: str = "") -> tuple[str, ...]:
@@ -146,16 +147,16 @@ class Compiler(stages.Compiler):
         return found
 
     def identity(self, chip: Chip | None = None) -> dict:
-        return self.sdk.record()
+        return tools.sdk_of(self).record()
 
     def tool_files(self, chip: Chip | None = None) -> list[str]:
-        return [self.sdk.host_lib(name) for name in ("libQnnHtp.so", "libQnnSystem.so")]
+        return [tools.sdk_of(self).host_lib(name) for name in ("libQnnHtp.so", "libQnnSystem.so")]
 
     def sdk_version(self, chip: Chip | None = None) -> str:
-        return self.sdk.build_id
+        return tools.sdk_of(self).build_id
 
     def sdk_root(self) -> str | None:
-        return self.sdk.root
+        return tools.sdk_of(self).root
 
     def runtime_view(self, graph: Graph) -> dict:
         """Names as the converter writes them; inputs in its native layout (3-D last two axes
@@ -180,9 +181,10 @@ class Compiler(stages.Compiler):
     def simulator(self, model: Model, graph: Graph, chip: Chip, tier: str) -> tuple:
         binary = artifacts.context_binary(model, graph, chip, self.binary_suffix)
         work = artifacts.netrun_scratch(model, graph, chip, tier)
+        sdk = tools.sdk_of(self)
         return netrun.simulator, {
-            "argv": tools.netrun_argv(self.sdk, binary, f"{work}/input_list.txt", f"{work}/output"),
-            "env": tools.env(self.sdk),
+            "argv": tools.netrun_argv(sdk, binary, f"{work}/input_list.txt", f"{work}/output"),
+            "env": tools.env(sdk),
             "work": work,
             "io": io_record(graph),
             "record": artifacts.compile_record(model, graph, chip),
@@ -192,22 +194,23 @@ class Compiler(stages.Compiler):
         runner = {g.name: self.simulator(model, g, chip, tier)[1]["argv"] for g in model.graphs}
         return {
             "runner": runner,
-            "env": tools.env(self.sdk),
-            "sdk": self.sdk.record(),
+            "env": tools.env(tools.sdk_of(self)),
+            "sdk": tools.sdk_of(self).record(),
             "chip": chip.record(),
         }
 
     def verify_runner_name(self) -> str:
-        return f"qnn-net-run (x86_64 HTP) [qairt {self.sdk.build_id}]"
+        return f"qnn-net-run (x86_64 HTP) [qairt {tools.sdk_of(self).build_id}]"
 
     def host_libraries(self) -> dict:
+        sdk = tools.sdk_of(self)
         return {
-            "backend_lib": self.sdk.host_lib("libQnnHtp.so"),
-            "system_lib": self.sdk.host_lib("libQnnSystem.so"),
+            "backend_lib": sdk.host_lib("libQnnHtp.so"),
+            "system_lib": sdk.host_lib("libQnnSystem.so"),
         }
 
     def runtime_libraries(self, chip: Chip) -> dict:
-        return tools.runtime_libraries(self.sdk, chip.record())
+        return tools.runtime_libraries(tools.sdk_of(self), chip.record())
 
     def manifest_sources(self, model: Model, chip: Chip) -> dict:
         # the model libs (x86_64, aarch64-android) and their page alignment

@@ -11,7 +11,7 @@ from toolchain import artifacts
 from toolchain.compilers.qairt import tools
 from toolchain.compilers.qairt.htpconfig import BACKEND_EXTENSIONS, HTP_CONFIG
 from toolchain.engine.run import external
-from toolchain.stages import Project
+from toolchain.stages import Project, named
 
 
 def tasks(project: Project) -> Iterator[dict]:
@@ -26,7 +26,7 @@ def tasks(project: Project) -> Iterator[dict]:
         argv = tools.context_argv(sdk, lib, str(Path(binary).parent), Path(binary).stem, extensions)
         env = tools.env(sdk)
         yield {
-            "name": f"{model.name}/{graph.name}@{chip.name}",
+            **named(model, graph, chip),
             "doc": f"{model.name}/{graph.name} -> {chip.name} (v{chip.htp_arch}) context binary, "
             f"qnn-context-binary-generator [qairt {sdk.build_id}]",
             "file_dep": [

@@ -12,7 +12,7 @@ from toolchain.compilers.qairt import tools
 from toolchain.engine.files import atomic_path
 from toolchain.engine.run import external, worker
 from toolchain.errors import StageFailed
-from toolchain.stages import Project, parity
+from toolchain.stages import Project, named, parity
 
 
 def tasks(project: Project) -> Iterator[dict]:
@@ -45,7 +45,7 @@ def tasks(project: Project) -> Iterator[dict]:
                 [(worker.in_process, (converter_list, calibration[0], listed))] if quantized else []
             )
             yield {
-                "name": f"{model.name}/{graph.name}",
+                **named(model, graph),
                 "doc": f"{model.name}/{graph.name}: qnn-onnx-converter ({graph.precision}) -> "
                        f"{graph.name}.cpp "
                 f"+ .bin, QNN graph '{tools.graph_name(cpp)}' [qairt {sdk.build_id}]",

@@ -11,8 +11,9 @@ from toolchain import artifacts
 from toolchain.compilers.qairt import tools
 from toolchain.engine.files import atomic_path
 from toolchain.engine.run.worker import in_process
+from toolchain.qnn.sdk import Sdk
 from toolchain.spec.chips import ChipRecord
-from toolchain.stages import Project
+from toolchain.stages import Project, named
 
 BACKEND_EXTENSIONS, HTP_CONFIG = "htp_backend_extensions.json", "htp_config.json"
 
@@ -30,7 +31,7 @@ def tasks(project: Project) -> Iterator[dict]:
                                  artifacts.htp_config(model, graph, chip, BACKEND_EXTENSIONS))
                 log = artifacts.stage_log(model, graph, "htpconfig", chip)
                 yield {
-                    "name": f"{model.name}/{graph.name}@{chip.name}",
+                    **named(model, graph, chip),
                     "doc": f"{model.name}/{graph.name} on {chip.name}: HTP config (soc_id "
                            f"{chip.soc_model}, "
                     f"v{chip.htp_arch}, {chip.vtcm_mb} MB VTCM) for graph '{name}' [qairt "
@@ -45,7 +46,7 @@ def tasks(project: Project) -> Iterator[dict]:
 
 
 def contents(
-    sdk, chip: ChipRecord, graph_name: str, optimization: int, config: str, extensions: str
+    sdk: Sdk, chip: ChipRecord, graph_name: str, optimization: int, config: str, extensions: str
 ) -> dict:
     """{path: text} of the two files, as generate_config.py writes them (indent 4, no trailing
     newline), but config_file_path relative to the project, where the tools run: the script makes it

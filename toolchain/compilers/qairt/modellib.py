@@ -9,7 +9,7 @@ from doit.tools import config_changed
 from toolchain import artifacts
 from toolchain.compilers.qairt import tools
 from toolchain.engine.run import external
-from toolchain.stages import Project
+from toolchain.stages import Project, named
 
 
 def tasks(project: Project) -> Iterator[dict]:
@@ -28,7 +28,7 @@ def tasks(project: Project) -> Iterator[dict]:
             env = tools.env(sdk, ldflags=True)
             only = "" if tools.ANDROID in targets else f", {tools.HOST} only (no ndk-build)"
             yield {
-                "name": f"{model.name}/{graph.name}",
+                **named(model, graph),
                 "doc": f"{model.name}/{graph.name}: qnn-model-lib-generator -> lib{graph.name}.so "
                 f"({', '.join(targets)}){only} [qairt {sdk.build_id}]",
                 "file_dep": [cpp, weights],

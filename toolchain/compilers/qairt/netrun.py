@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from toolchain.engine.files import read_json
@@ -13,7 +14,7 @@ from toolchain.errors import StageFailed
 from toolchain.qnn.layout import c_name, permutation_or_fail
 
 
-def simulator(argv: list, env: dict, work: str, io: dict, record: str):
+def simulator(argv: list, env: dict, work: str, io: dict, record: str) -> Callable[[dict], dict]:
     """run(feeds) -> outputs for one graph, one qnn-net-run per call; float32 raw files in the
     QNN-side layout the read-back found (the converter permutes 3-D/4-D inputs: docs/qairt.md)."""
     import numpy as np

@@ -12,7 +12,7 @@ from toolchain.compilers.qairt import tools
 from toolchain.engine.files import atomic_path, sha256, write_json
 from toolchain.engine.run.worker import in_process
 from toolchain.errors import StageFailed
-from toolchain.stages import Project
+from toolchain.stages import Project, named
 
 PT_LOAD = 1
 MACHINES = {62: "x86-64", 183: "AArch64"}
@@ -32,7 +32,7 @@ def tasks(project: Project) -> Iterator[dict]:
             )
             checked = [t for t in targets if t == tools.ANDROID]
             yield {
-                "name": f"{model.name}/{graph.name}",
+                **named(model, graph),
                 "doc": f"{model.name}/{graph.name}: assert LOAD p_align >= {tools.PAGE_SIZE:#x} on "
                        "the "
                 f"{tools.ANDROID} lib" + ("" if checked else f" (none built: {tools.HOST} only)"),

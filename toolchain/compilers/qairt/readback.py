@@ -21,7 +21,7 @@ from toolchain.errors import StageFailed
 from toolchain.qnn import qnnbin
 from toolchain.qnn.layout import layout_permutation
 from toolchain.shared.iorecord import io_record
-from toolchain.stages import Project
+from toolchain.stages import Project, named
 
 KINDS = {
     "FLOAT": "float",
@@ -65,7 +65,7 @@ def tasks(project: Project) -> Iterator[dict]:
             "log": log,
         }
         yield {
-            "name": f"{model.name}/{graph.name}@{chip.name}",
+            **named(model, graph, chip),
             "doc": f"{model.name}/{graph.name} on {chip.name}: read the binary back ("
             f"{'qnn-context-binary-utility' if reader else 'libQnnSystem'}): build id, graph "
             f"'{expected['graph_name']}', chip, I/O [qairt {sdk.build_id}]",
@@ -160,7 +160,7 @@ def quantization(tensor: dict) -> dict:
     return {"scale": float("%.9g" % so["scale"]), "offset": int(so["offset"])}
 
 
-def dtype(value) -> str:
+def dtype(value: int | str) -> str:
     """'QNN_DATATYPE_FLOAT_32' (or the numeric Qnn_DataType_t) -> 'float32'."""
     if isinstance(value, int):
         return qnnbin.DTYPES.get(value, "0x%04x" % value)

@@ -7,12 +7,14 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from toolchain.errors import SpecError
 from toolchain.qnn.layout import ANDROID, HOST, c_name, device_libraries
 from toolchain.qnn.sdk import ENV_ROOT, UTILITY, Sdk, layout_problems, read_build_id
 from toolchain.spec.chips import ChipRecord
+from toolchain.spec.records import Model
 from toolchain.stages import Compiler
 
 NAME = "qairt"
@@ -60,7 +62,7 @@ def env(sdk: Sdk, ldflags: bool = False) -> dict:
 
 
 def converter_argv(
-    sdk: Sdk, onnx: str, cpp: str, input_list: str | None = None, extra=()
+    sdk: Sdk, onnx: str, cpp: str, input_list: str | None = None, extra: Sequence[str] = ()
 ) -> list[str]:
     """qnn-onnx-converter, float graph; a calibration list adds native raw inputs; `extra`: the
     graph's own converter_args ([graphs.<g>.compile]), last, so they override the defaults."""
@@ -112,7 +114,7 @@ CONVERTER_MANAGED = {
 }
 
 
-def converter_arg_problems(args) -> list[str]:
+def converter_arg_problems(args: object) -> list[str]:
     """What is wrong with a graph's converter_args (one reason per mistake)."""
     if not isinstance(args, (list, tuple)) or not all(isinstance(a, str) for a in args):
         return [f"expected a list of strings (flags and their values), got {args!r}"]
@@ -211,7 +213,7 @@ def python_problems(python: str, root: str) -> tuple[str | None, list[str]]:
                       f"{', '.join(missing)}: {fix}"] if missing else [])
 
 
-def preflight(models, chips: dict, root: str | None, python: str) -> Sdk:
+def preflight(models: list[Model], chips: dict, root: str | None, python: str) -> Sdk:
     """Check everything the QAIRT models need before any task runs: one error naming every missing
     piece. `root`: the SDK ($QNN_SDK_ROOT), `python`: the converter's ($QAIRT_PYTHON), both from
     toolchain/options.py."""
@@ -272,7 +274,7 @@ def preflight(models, chips: dict, root: str | None, python: str) -> Sdk:
     )
 
 
-def _arch_users(models, chips: dict) -> dict:
+def _arch_users(models: list[Model], chips: dict) -> dict:
     """{htp_arch: 'SM8750, SM8850'} over the chips the QAIRT models target."""
     users: dict = {}
     for name in dict.fromkeys(c for m in models for c in m.chips):

@@ -21,7 +21,7 @@ import json
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html import escape
 
 from doit.reporter import ConsoleReporter
@@ -60,16 +60,12 @@ class Slice:
     end: float
     status: str     # "ran", "restored" (from the artifact cache) or "failed"
     waited: float = 0.0   # seconds it waited for a stage slot before `start`
+    # whom the task is built for, from its meta (the stage's owner: model, graph, chip, family)
+    owner: dict = field(default_factory=dict)
 
-
-def parts(task: str) -> dict:
-    """stage, model, graph and chip of a task name `stage:model/graph@chip` (those it has)."""
-    stage, _, rest = task.partition(":")
-    found = {"stage": stage}
-    rest, _, chip = rest.partition("@")
-    model, _, graph = rest.partition("/")
-    found.update({k: v for k, v in (("model", model), ("graph", graph), ("chip", chip)) if v})
-    return found
+    def parts(self) -> dict:
+        """Its stage (doit's task group, the name before ':') and its owner's parts."""
+        return {"stage": self.task.partition(":")[0], **self.owner}
 
 
 def lanes(slices: list[Slice]) -> list[int]:
@@ -152,25 +148,25 @@ def events(slices: list[Slice], load: list[tuple[float, float]]) -> list[dict]:
             out.append(
                 {
                     "ph": "X",
-                    "name": f"{s.task} (waits for a {parts(s.task)['stage']} slot)",
+                    "name": f"{s.task} (waits for a {s.parts()['stage']} slot)",
                     "cat": "wait",
                     "pid": 1,
                     "tid": lane,
                     "ts": _us(s.start - s.waited),
                     "dur": _us(s.waited),
-                    "args": {**parts(s.task), "status": "waited for a slot"},
+                    "args": {**s.parts(), "status": "waited for a slot"},
                 }
             )
         out.append(
             {
                 "ph": "X",
                 "name": s.task,
-                "cat": parts(s.task)["stage"],
+                "cat": s.parts()["stage"],
                 "pid": 1,
                 "tid": lane,
                 "ts": _us(s.start),
                 "dur": _us(s.end - s.start),
-                "args": {**parts(s.task), "status": s.status},
+                "args": {**s.parts(), "status": s.status},
             }
         )
     edges = sorted([(s.start, 1) for s in slices] + [(s.end, -1) for s in slices])
@@ -212,7 +208,7 @@ def picture(slices: list[Slice], summary_line: str) -> str:
             [(s.start - s.waited, s.start, COLORS["wait"], f"{s.task}: slot wait")]
             if s.waited
             else []
-        ) + [(s.start, s.end, COLORS.get(parts(s.task)["stage"], "#bab0ac"), s.task)]:
+        ) + [(s.start, s.end, COLORS.get(s.parts()["stage"], "#bab0ac"), s.task)]:
             boxes.append(
                 f'<rect x="{left + start * scale:.1f}" y="{y}" '
                 f'width="{max((end - start) * scale, 0.5):.1f}" '
@@ -295,7 +291,8 @@ class Traced:
         if "slot_wait" in noted:
             waited = max(0.0, min(noted["slot_wait"][1] - self._t0, now) - start)
         status = "restored" if status == "ran" and noted.get("restored") else status
-        self._slices.append(Slice(task.name, start + waited, now, status, round(waited, 6)))
+        owner = (task.meta or {}).get("owner", {})
+        self._slices.append(Slice(task.name, start + waited, now, status, round(waited, 6), owner))
         self._load.append((now, round(os.getloadavg()[0], 2)))
 
     def add_success(self, task):

@@ -11,6 +11,7 @@ after_build() writes it again from the manifests on disk and the engine's record
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from html import escape
 
@@ -19,6 +20,8 @@ from toolchain.engine import paths
 from toolchain.engine.files import atomic_path, read_json
 from toolchain.engine.run.worker import in_process
 from toolchain.engine.state import failures, outputs
+from toolchain.spec.chips import Chip
+from toolchain.spec.records import Model
 from toolchain.stages import Project, manifest
 from toolchain.stages.report import families, page
 
@@ -26,7 +29,7 @@ COLUMNS = ("model", "chip", "arch", "precision", "binaries MB", "compile s", "pa
            "parity task", "sim max rel", "sim task (default)", "sim task (full)", "verify s", "SDK")
 
 
-def tasks(project: Project):
+def tasks(project: Project) -> dict:
     manifests, runs = sources(project, project.model_chips())
     return {
         "doc": "summary table of all manifests -> build/report.md (and stdout), build/report.html",
@@ -38,7 +41,9 @@ def tasks(project: Project):
     }
 
 
-def sources(project: Project, model_chips) -> tuple[list[str], list[str]]:
+def sources(
+    project: Project, model_chips: Iterable[tuple[Model, Chip]]
+) -> tuple[list[str], list[str]]:
     """The manifests of these (model, chip) pairs, and the runtime-loop records of
     the runtime-gated ones."""
     found = list(model_chips)
@@ -47,7 +52,7 @@ def sources(project: Project, model_chips) -> tuple[list[str], list[str]]:
              for tier in ("default", "full") if tier == "default" or project.wants_full_tier(m, c)])
 
 
-def of_part(project: Project, model_chips, out: str) -> dict:
+def of_part(project: Project, model_chips: Iterable[tuple[Model, Chip]], out: str) -> dict:
     """What `doit model:<name>` and `doit chip:<CHIP>` add to their tasks: the report of what that
     part of the build made (the same tables as build/report.md), without building the rest."""
     manifests, runs = sources(project, model_chips)
@@ -65,7 +70,7 @@ class Pair:
     claims: tuple[str, ...]
 
 
-def pairs(project: Project, model_chips) -> list[Pair]:
+def pairs(project: Project, model_chips: Iterable[tuple[Model, Chip]]) -> list[Pair]:
     return [
         Pair(m.name, c.name, artifacts.manifest(m, c), tuple(artifacts.claims(m, c)))
         for m, c in model_chips
@@ -175,7 +180,7 @@ def _sim_error(m: dict, verify: dict) -> str:
     return f"{page.sim_error(m):.2g}" + (" of bound" if "output_checks" in m else "")
 
 
-def table(rows: list[list[str]], columns=COLUMNS) -> str:
+def table(rows: list[list[str]], columns: Sequence[str] = COLUMNS) -> str:
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
 
@@ -337,7 +342,7 @@ def window_rows(manifests: list[dict]) -> list[list[str]]:
     return rows
 
 
-def write_all(found: list[Pair], runs, show: bool = True) -> None:
+def write_all(found: list[Pair], runs: list[str], show: bool = True) -> None:
     """build/report.md and report.html (the report task's action, and after_build's,
     which prints nothing)."""
     cells = grid(found, failures.load())
@@ -441,7 +446,7 @@ def last_build(out: str) -> str:
     return before[before.index(LAST_BUILD):] if LAST_BUILD in before else ""
 
 
-def after(project: Project):
+def after(project: Project) -> Callable[[str], None]:
     """What the build calls after it ran something (engine/run/trace.py's `after`): after_build
     for this project."""
     def then(summary_line: str) -> None:  # the pairs found only then: a no-op pays nothing

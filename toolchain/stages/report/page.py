@@ -252,7 +252,9 @@ def checks(record: dict) -> list[dict]:
     return found
 
 
-def _check(tier: str, name: str, check: dict, errors: dict, passed, where: str) -> dict:
+def _check(
+    tier: str, name: str, check: dict, errors: dict, passed: bool | None, where: str
+) -> dict:
     if passed is None:
         return _entry(tier, name, None, f"judged by the task metric: {check.get('reason', '')}")
     # float(): a record says "inf" for an infinite error
@@ -276,7 +278,7 @@ def _graph_check(tier: str, graph: str, t: dict, bounds: dict) -> dict:
     return _entry(tier, f"{graph} (all outputs)", margin, f"{detail} (worst of {t['calls']} calls)")
 
 
-def _entry(tier: str, name: str, margin, detail: str) -> dict:
+def _entry(tier: str, name: str, margin: float | None, detail: str) -> dict:
     return {"tier": tier, "name": name, "margin": margin, "detail": detail}
 
 
@@ -425,7 +427,7 @@ def sim_error(record: dict) -> float:
     )
 
 
-def sim_limit(record: dict):
+def sim_limit(record: dict) -> float | None:
     return (
         1.0
         if "output_checks" in record
