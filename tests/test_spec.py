@@ -456,13 +456,29 @@ def test_a_failure_message_says_when_a_bound_is_the_default(tiny_spec):
     )
     tiny_spec.write_text(tiny_spec.read_text().replace("max_rel = 0.02\n", "min_cosine = 0.9\n"))
     defaulted = load(tiny_spec)
-    assert defaulted.verify["max_rel"] == spec.VERIFY_BOUNDS["max_rel"] == 0.02
+    assert defaulted.verify.max_rel == spec.VERIFY_BOUNDS["max_rel"] == 0.02
     assert measures.check_source(
         graph, "y", "tiny.toml", {"max_rel": 0.02, "min_cosine": 0.9}, defaulted.verify_written
     ) == (
         "tiny.toml: the default verify.max_rel (not in the spec; docs/add-a-model.md) and "
         "verify.min_cosine"
     )
+
+
+
+def test_parity_and_verify_load_into_typed_records_that_know_their_bounds(tiny_spec):
+    """[parity] and [verify] are records (spec.records.Parity, Verify); a graph's precision picks
+    its max_rel from the record, and parity's settings are the mapping tasks held before."""
+    from toolchain.spec.records import Parity, Precision, Verify
+    tiny_spec.write_text(
+        tiny_spec.read_text().replace("max_rel = 0.02\n", "max_rel = 0.03\nmax_rel_w8a16 = 0.2\n")
+    )
+    model = load(tiny_spec)
+    assert isinstance(model.parity, Parity) and isinstance(model.verify, Verify)
+    assert Precision.FP16.max_rel(model.verify) == 0.03
+    assert Precision.W8A16.max_rel(model.verify) == 0.2
+    assert model.parity.settings() == {"max_abs": model.parity.max_abs, "reference": "torch"}
+    assert model.verify.full_chips == () and model.verify.min_cosine == 0.0
 
 
 @pytest.mark.parametrize(
@@ -607,8 +623,8 @@ def test_a_precision_knows_its_bound_and_stays_the_string_records_write():
     w8a16 by max_rel_w8a16."""
     import json
 
-    from toolchain.spec.records import Precision
-    verify = {"max_rel": 0.02, "max_rel_w8a16": 0.1}
+    from toolchain.spec.records import Precision, Verify
+    verify = Verify(clips=(), max_rel=0.02, max_rel_w8a16=0.1, min_cosine=0.0, full_chips=())
     assert Precision("fp16").max_rel(verify) == 0.02 and Precision.W8A16.max_rel(verify) == 0.1
     assert Precision.W8A16.quantized and not Precision.FP16.quantized
     assert Precision.FP16 == "fp16" and json.dumps({"p": Precision.W8A16}) == '{"p": "w8a16"}'

@@ -87,7 +87,7 @@ def tasks(project: Project):
                 # no parity (reference "none"): nothing measured, so only the
                 # largest is routed
                 "parity": artifacts.parity(model)
-                if model.windows["route"] == "auto" and model.parity["reference"] != "none"
+                if model.windows["route"] == "auto" and model.parity.reference != "none"
                 else None,
             }
             deps = [kwargs["windows"]["parity"]] if kwargs["windows"]["parity"] else []

@@ -40,7 +40,7 @@ def tasks(project: Project, tier: str):
             # another family's binaries are gated by their own simulator (verify)
             continue
         settings = model.verify
-        checks = {"tier": tier, "clips": [] if tier == "full" else list(settings["clips"]),
+        checks = {"tier": tier, "clips": [] if tier == "full" else list(settings.clips),
                   "metric": dict(model.metric)}
         onnx = {g.name: artifacts.simplified(model, g) for g in model.graphs}
         out, log = (

@@ -37,7 +37,7 @@ def tasks(project: Project):
             "model": model.name,
             "module_file": model.module_file,
             "data_dir": model.data_dir,
-            "clips": list(verify["clips"]),
+            "clips": list(verify.clips),
             "max_rel": max(g.precision.max_rel(verify) for g in model.graphs),
             "index": artifacts.INDEX,
             "chips": chips,

@@ -71,7 +71,10 @@ def parse_battery(text: str) -> dict:
     """`dumpsys battery`: level/scale in %, temperature in 0.1 degC, voltage in mV, charge
     counter in uAh."""
     kv = dict(re.findall(r"^\s*([A-Za-z][A-Za-z ]*?):\s*(\S.*?)\s*$", text, re.M))
-    number = lambda k: int(kv[k]) if k in kv and re.fullmatch(r"-?\d+", kv[k]) else None  # noqa: E731
+
+    def number(key: str) -> int | None:
+        return int(kv[key]) if key in kv and re.fullmatch(r"-?\d+", kv[key]) else None
+
     return {
         "level": number("level"),
         "scale": number("scale"),

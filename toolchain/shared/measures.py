@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
 from typing import NotRequired, TypedDict
 
 from toolchain.spec import VERIFY_BOUNDS
+from toolchain.spec.records import Verify
 
 # numpy is imported where used: doit's own process loads this module on every run
 # (tests/test_engine_worker.py)
@@ -162,12 +162,12 @@ def beyond_precision(check: dict, precision: str) -> str:
     )
 
 
-def output_checks(graph, verify: Mapping) -> dict[str, OutputCheck]:
+def output_checks(graph, verify: Verify) -> dict[str, OutputCheck]:
     """{output: check} of a graph: as declared in graphs.<g>.checks, else the model's [verify]
     bounds for the graph's precision (today's check, per output)."""
     default = OutputCheck(max_rel=graph.precision.max_rel(verify))
-    if verify["min_cosine"]:
-        default["min_cosine"] = verify["min_cosine"]
+    if verify.min_cosine:
+        default["min_cosine"] = verify.min_cosine
     return {
         o.name: OutputCheck(**graph.checks[o.name]) if o.name in graph.checks else default
         for o in graph.outputs

@@ -127,7 +127,7 @@ def _needed(model, names: frozenset[str]) -> None:
             raise SpecError(
                 f"{spec}: graphs.{graph.name}.stream: {code} has no {what}; write it ({DOCS})"
             )
-    reference = model.parity["reference"]
+    reference = model.parity.reference
     runner = {"torch": "torch_runner", "module": "reference_runner"}.get(reference)
     if runner and runner not in names:
         raise SpecError(

@@ -23,7 +23,9 @@ from toolchain.spec.records import (
     Checkpoint,
     Graph,
     Model,
+    Parity,
     Tensor,
+    Verify,
 )
 from toolchain.spec.sources import checkpoint as _checkpoint
 from toolchain.spec.sources import requires as _requires
@@ -170,8 +172,8 @@ def _model(data: dict, file: str, name: str, here: Path, chips: dict) -> Model:
         data_dir=data_dir,
         export=Settings(export_settings),
         compile=Settings(compile_settings),
-        parity=Settings(parity_settings),
-        verify=Settings(verify_settings),
+        parity=Parity(**parity_settings),
+        verify=Verify(**verify_settings),
         metric=metric,
         graphs=graphs,
         verify_written=verify_written,

@@ -3,7 +3,6 @@ spec may use."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -30,9 +29,33 @@ class Precision(StrEnum):
         """The [verify] key of this precision's max_rel bound."""
         return "max_rel_w8a16" if self.quantized else "max_rel"
 
-    def max_rel(self, verify: Mapping) -> float:
-        """This precision's max_rel bound in a model's [verify] settings."""
-        return verify[self.bound_key]
+    def max_rel(self, verify: Verify) -> float:
+        """This precision's max_rel bound in a model's [verify]."""
+        return verify.max_rel_w8a16 if self.quantized else verify.max_rel
+
+
+@dataclass(frozen=True)
+class Parity:
+    """[parity]: what a model's ONNX on the CPU is held to (spec/keys.py has each key's row)."""
+
+    max_abs: float    # largest absolute tensor error, reference vs ONNX (and the rewrites' check)
+    reference: str    # "torch", "module" or "none" (spec.REFERENCES)
+
+    def settings(self) -> dict:
+        """As a task's settings and kwargs hold it (0.17's mapping, key for key: results made
+        before stay current)."""
+        return {"max_abs": self.max_abs, "reference": self.reference}
+
+
+@dataclass(frozen=True)
+class Verify:
+    """[verify]: the simulator vs the CPU ONNX (spec/keys.py has each key's row)."""
+
+    clips: tuple[str, ...]        # sample ids of the default tier; () = all
+    max_rel: float                # fp16 graphs: largest error relative to the output's range
+    max_rel_w8a16: float          # w8a16 graphs: the same
+    min_cosine: float             # least cosine similarity of each output; 0: not checked
+    full_chips: tuple[str, ...]   # chips that also run the full tier
 
 
 PRECISIONS = tuple(p.value for p in Precision)
@@ -119,9 +142,9 @@ class Model:
     data_dir: str | None
     export: Settings
     compile: Settings
-    parity: Settings
-    verify: Settings
-    metric: Settings
+    parity: Parity
+    verify: Verify
+    metric: Settings      # free-form: the model code's own thresholds, handed to its agree()
     graphs: tuple[Graph, ...]
     bundle_name: str = ""  # the name in bundle file names (sherpa-onnx's), when not the model's
     # other model-code files the module imports (dependencies of its tasks)

@@ -222,7 +222,7 @@ class Project:
                 yield model, graph, chip
 
     def wants_full_tier(self, model: Model, chip: Chip) -> bool:
-        return chip.name in self.full_chips or chip.name in model.verify["full_chips"]
+        return chip.name in self.full_chips or chip.name in model.verify.full_chips
 
     def runtime_gate(self, model: Model) -> bool:
         """The deployed runtime's loop checks this model (sherpa:), and is its

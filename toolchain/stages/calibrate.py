@@ -61,7 +61,7 @@ def tasks(project: Project) -> Iterator[dict]:
                 "count": graph.calibration,
                 "folder": folder,
                 "layout": layout,
-                "held_out": list(model.verify["clips"]),
+                "held_out": list(model.verify.clips),
                 "field": f"{model.spec_file}: graphs.{graph.name}.calibration",
                 "io": io,
             }

@@ -55,7 +55,7 @@ def tasks(project: Project) -> Iterator[dict]:
             "module_file": model.module_file,
             "graphs": graphs,
             "data_dir": model.data_dir,
-            "clips": list(model.verify["clips"]),
+            "clips": list(model.verify.clips),
             "io": {g.name: io_record(g) for g in model.graphs},
             "pieces": cut,
             "thresholds": thresholds,
@@ -79,7 +79,7 @@ def tasks(project: Project) -> Iterator[dict]:
                 config_changed(
                     {
                         "thresholds": thresholds,
-                        "clips": list(model.verify["clips"]),
+                        "clips": list(model.verify.clips),
                         **compiler.verify_settings(model, chip, "default"),
                     }
                 )
@@ -98,7 +98,7 @@ def threshold(model: Model, graph: Graph) -> dict:
     """The verify stage's limits for one graph."""
     return {
         "max_rel": graph.precision.max_rel(model.verify),
-        "min_cosine": model.verify["min_cosine"],
+        "min_cosine": model.verify.min_cosine,
     }
 
 

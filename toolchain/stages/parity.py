@@ -33,7 +33,7 @@ def tasks(project: Project) -> Iterator[dict]:
     for model in project.models:
         if not available(model):
             continue
-        settings = {**model.parity, "metric": dict(model.metric)}
+        settings = {**model.parity.settings(), "metric": dict(model.metric)}
         checkpoint = [artifacts.checkpoint(model)] if model.checkpoint else []
         common = {
             "module_file": model.module_file,
@@ -124,7 +124,7 @@ def gate(model: Model, graph: Graph | None = None) -> list[str]:
 
 def available(model: Model) -> bool:
     """A reference exists to compare with: the model code's PyTorch (or other) runner."""
-    return model.parity["reference"] != "none"
+    return model.parity.reference != "none"
 
 
 def rewritten(model: Model) -> bool:

@@ -30,7 +30,7 @@ def tasks(project: Project) -> Iterator[dict]:
                            "unrewritten": artifacts.unrewritten(model, g) if g.rewrite else "",
                            "applied": artifacts.rewrites_applied(model, g) if g.rewrite else ""}
                   for g in model.graphs}
-        settings = {"max_abs": model.parity["max_abs"], "metric": dict(model.metric)}
+        settings = {"max_abs": model.parity.max_abs, "metric": dict(model.metric)}
         out, log = artifacts.rewrite_check(model), artifacts.rewrite_check_log(model)
         kwargs = {
             "module_file": model.module_file,

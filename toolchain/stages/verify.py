@@ -48,7 +48,7 @@ def tasks(project: Project, tier: str) -> Iterator[dict]:
             continue
         compiler, settings = project.compiler(model), model.verify
         cut = diagnose.pieces(model, compiler, chip)
-        clips = () if tier == "full" else settings["clips"]
+        clips = () if tier == "full" else settings.clips
         graphs = {
             g.name: {
                 "onnx": artifacts.simplified(model, g),
@@ -64,8 +64,8 @@ def tasks(project: Project, tier: str) -> Iterator[dict]:
         checks = Checks(max_rel=max(g.precision.max_rel(settings) for g in model.graphs),
                         metric=dict(model.metric), clips=list(clips), tier=tier)
         # only when declared: verify results of other models stay current
-        if settings["min_cosine"]:
-            checks["min_cosine"] = settings["min_cosine"]
+        if settings.min_cosine:
+            checks["min_cosine"] = settings.min_cosine
         # likewise: per-output checks and state loops when declared
         if any(g.checks for g in model.graphs):
             checks["outputs"] = {g.name: measures.output_checks(g, settings) for g in model.graphs}
