@@ -17,6 +17,7 @@ from toolchain.engine.run.worker import load_module
 from toolchain.shared import measures, stream
 from toolchain.shared.iorecord import io_record
 from toolchain.spec import chips
+from toolchain.spec.records import Verify
 
 FIXTURE = FIXTURES / "streaming"
 CHIPS = ("SM8550", "SM8750")
@@ -138,7 +139,7 @@ def test_drift_names_the_output_and_chunk_where_a_fed_back_state_departs(streami
     g, io, _ = _loop(streaming, run, sample)
     checks = {
         "encoder": measures.output_checks(
-            g, {"max_rel": 0.02, "max_rel_w8a16": 0.1, "min_cosine": 0.0}
+            g, Verify(clips=(), max_rel=0.02, max_rel_w8a16=0.1, min_cosine=0.0, full_chips=())
         )
     }
     sources = {
